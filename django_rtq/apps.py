@@ -1,0 +1,13 @@
+"""The app config: finds the `tasks` modules of installed apps."""
+
+from django.apps import AppConfig
+from django.utils.module_loading import autodiscover_modules
+
+
+class RTQConfig(AppConfig):
+    name = "django_rtq"
+    verbose_name = "Task queue"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        autodiscover_modules("tasks")

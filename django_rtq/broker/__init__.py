@@ -1,0 +1,8 @@
+"""The Redis layer: key names, Lua scripts and atomic task-state operations. No Django imports."""
+
+from .broker import Broker, ClaimedTask
+from .keys import Keyspace, QueueKeys
+from .message import TaskMessage
+from .states import TaskState
+
+__all__ = ["Broker", "ClaimedTask", "Keyspace", "QueueKeys", "TaskMessage", "TaskState"]

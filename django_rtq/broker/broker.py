@@ -1,0 +1,377 @@
+"""The broker: every task-state change as one atomic Lua step in its queue's slot."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import redis
+
+from ..exceptions import BrokerUnavailable, DuplicateTask, TaskIdConflict
+from .keys import Keyspace, QueueKeys
+from .message import TaskMessage
+from .scripts import LuaScript, load_scripts
+from .states import TaskState
+
+logger = logging.getLogger(__name__)
+
+#: Tasks sent in one enqueue script call; a bulk enqueue is atomic per chunk.
+ENQUEUE_CHUNK = 1000
+#: Tasks a bounded script (forward, trim) moves per call.
+BATCH_LIMIT = 100
+#: Seconds a per-day counter is kept.
+DEFAULT_COUNTER_TTL_SECONDS = 90 * 24 * 3600
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimedTask:
+    """A task a worker has just claimed: its raw message (parsed later) and attempt facts."""
+
+    id: str
+    queue: str
+    raw_message: str | None  # None when the task's message is missing (a corrupt task)
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Completion:
+    """A successful attempt to settle."""
+
+    id: str
+    info: dict[str, Any]
+    result_json: str
+    retention_ms: int
+    unique_key: str | None = None
+
+
+def utc_day(epoch_seconds: float) -> str:
+    return datetime.fromtimestamp(epoch_seconds, UTC).strftime("%Y-%m-%d")
+
+
+@contextmanager
+def translate_errors() -> Iterator[None]:
+    """Turn redis-py's connection errors into BrokerUnavailable."""
+    try:
+        yield
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise BrokerUnavailable(f"Redis is unreachable: {exc}") from exc
+
+
+class Broker:
+    """Atomic operations on the task states in Redis. Knows nothing of Django.
+
+    `client` is a redis-py `Redis` or `RedisCluster` with `decode_responses=True`.
+    `clock` returns the current epoch time in seconds; tests inject their own.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        prefix: str = "rtq",
+        clock: Callable[[], float] = time.time,
+        counter_ttl: int = DEFAULT_COUNTER_TTL_SECONDS,
+    ) -> None:
+        self.client = client
+        self.keys = Keyspace(prefix)
+        self.clock = clock
+        self.counter_ttl = int(counter_ttl)
+        self.scripts = load_scripts()
+        self._known_queues: set[str] = set()
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    # Running scripts
+
+    def run_script(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        script = self.scripts[name]
+        with translate_errors():
+            try:
+                return self.client.evalsha(script.sha, len(keys), *keys, *args)
+            except redis.exceptions.NoScriptError:
+                # EVAL caches the script on the node that runs it, so later EVALSHAs find it.
+                return self.client.eval(script.source, len(keys), *keys, *args)
+
+    def _run_pipelined(self, calls: Sequence[tuple[str, Sequence[str], Sequence[Any]]]) -> list[Any]:
+        """Run several scripts in one round trip (not atomically across calls)."""
+        if not calls:
+            return []
+        with translate_errors():
+            pipe = self.client.pipeline(transaction=False)
+            for name, keys, args in calls:
+                pipe.evalsha(self.scripts[name].sha, len(keys), *keys, *args)
+            results = pipe.execute(raise_on_error=False)
+            for i, result in enumerate(results):
+                if isinstance(result, redis.exceptions.NoScriptError):
+                    name, keys, args = calls[i]
+                    results[i] = self.client.eval(self.scripts[name].source, len(keys), *keys, *args)
+                elif isinstance(result, Exception):
+                    raise result
+        return results
+
+    def queue(self, name: str) -> QueueKeys:
+        return self.keys.queue(name)
+
+    # Enqueueing
+
+    def enqueue(self, messages: Sequence[TaskMessage]) -> None:
+        """Enqueue tasks in one round trip.
+
+        Raises TaskIdConflict if a task's id exists, DuplicateTask if a unique task's lock is
+        held; the chunk holding that task is then not written (chunks before it are).
+        """
+        now_ms = self.now_ms()
+        by_queue: dict[str, list[TaskMessage]] = defaultdict(list)
+        for message in messages:
+            by_queue[message.queue].append(message)
+        calls: list[tuple[str, Sequence[str], Sequence[Any]]] = []
+        chunks: list[list[TaskMessage]] = []
+        for queue, queued in by_queue.items():
+            qk = self.queue(queue)
+            for start in range(0, len(queued), ENQUEUE_CHUNK):
+                chunk = queued[start : start + ENQUEUE_CHUNK]
+                keys = [qk.msg, qk.state, qk.priority, qk.pending, qk.scheduled, qk.seq]
+                args: list[Any] = [now_ms, qk.wake_channel]
+                for message in chunk:
+                    unique_index = 0
+                    if message.unique_key:
+                        keys.append(qk.unique(message.unique_key))
+                        unique_index = len(keys)
+                    process_at_ms = int(message.process_at * 1000) if message.process_at else 0
+                    unique_ttl_ms = int((message.unique_ttl or 0) * 1000) or 1
+                    args += [message.id, message.to_json(), message.priority, process_at_ms,
+                             unique_index, unique_ttl_ms]
+                calls.append(("enqueue", keys, args))
+                chunks.append(chunk)
+        results = self._run_pipelined(calls)
+        self._register_queues(by_queue)
+        for chunk, (code, *rest) in zip(chunks, results, strict=True):
+            if code == 1:
+                message = chunk[rest[0] - 1]
+                raise TaskIdConflict(f"A task with id {message.id!r} already exists in queue {message.queue!r}.")
+            if code == 2:
+                message = chunk[rest[0] - 1]
+                raise DuplicateTask(
+                    f"Task {message.task!r} with unique key {message.unique_key!r} is already queued "
+                    f"in queue {message.queue!r}."
+                )
+
+    def _register_queues(self, queues: Iterable[str]) -> None:
+        new = set(queues) - self._known_queues
+        if new:
+            with translate_errors():
+                self.client.sadd(self.keys.queues, *new)
+            self._known_queues |= new
+
+    def known_queues(self) -> list[str]:
+        with translate_errors():
+            return sorted(self.client.smembers(self.keys.queues))
+
+    # Claiming and settling (the processor's hot path)
+
+    def claim(self, queue: str, *, worker_id: str, lease_expiry_ms: int, limit: int) -> list[ClaimedTask]:
+        """Claim up to `limit` pending tasks of a queue under a lease held by `worker_id`."""
+        qk = self.queue(queue)
+        reply = self.run_script(
+            "claim",
+            [qk.pending, qk.active, qk.state, qk.owner, qk.msg, qk.info, qk.paused],
+            [lease_expiry_ms, worker_id, limit],
+        )
+        return [
+            ClaimedTask(id=reply[i], queue=queue, raw_message=reply[i + 1] or None,
+                        info=json.loads(reply[i + 2]) if reply[i + 2] else {})
+            for i in range(0, len(reply), 3)
+        ]
+
+    def complete(self, queue: str, completions: Sequence[Completion], *, worker_id: str) -> int:
+        """Settle successful attempts; return how many this worker still held."""
+        now_ms = self.now_ms()
+        qk = self.queue(queue)
+        keys = [qk.active, qk.owner, qk.state, qk.msg, qk.info, qk.result, qk.priority, qk.completed,
+                qk.processed(utc_day(now_ms / 1000))]
+        args: list[Any] = [now_ms, worker_id, self.counter_ttl]
+        for done in completions:
+            unique_index = 0
+            if done.unique_key:
+                keys.append(qk.unique(done.unique_key))
+                unique_index = len(keys)
+            args += [done.id, _dumps(done.info), done.result_json, done.retention_ms, unique_index]
+        return self.run_script("complete", keys, args)
+
+    def fail(
+        self,
+        queue: str,
+        task_id: str,
+        *,
+        worker_id: str,
+        to: TaskState,
+        retry_at_ms: int = 0,
+        info: dict[str, Any],
+        unique_key: str | None = None,
+        lease_cutoff_ms: int = 0,
+    ) -> bool:
+        """Move a failed active task to retry (at `retry_at_ms`) or archived.
+
+        Return False when `worker_id` does not hold the task, or (with `lease_cutoff_ms`, as
+        the recoverer calls it) when its lease did not expire before the cutoff.
+        """
+        if to not in (TaskState.RETRY, TaskState.ARCHIVED):
+            raise ValueError(f"A failed task goes to retry or archived, not {to}.")
+        now_ms = self.now_ms()
+        qk = self.queue(queue)
+        day = utc_day(now_ms / 1000)
+        keys = [qk.active, qk.owner, qk.state, qk.info, qk.retry, qk.archived, qk.processed(day), qk.failed(day)]
+        if unique_key:
+            keys.append(qk.unique(unique_key))
+        score = retry_at_ms if to == TaskState.RETRY else now_ms
+        args = [task_id, worker_id, lease_cutoff_ms, str(to), score, _dumps(info), self.counter_ttl]
+        return self.run_script("fail", keys, args) == 1
+
+    def requeue(self, queue: str, task_ids: Sequence[str], *, worker_id: str) -> int:
+        """Return active tasks held by `worker_id` to the front of pending, uncounted."""
+        if not task_ids:
+            return 0
+        qk = self.queue(queue)
+        return self.run_script(
+            "requeue",
+            [qk.active, qk.owner, qk.state, qk.priority, qk.pending, qk.seq],
+            [worker_id, qk.wake_channel, *task_ids],
+        )
+
+    def extend_leases(self, queue: str, task_ids: Sequence[str], *, worker_id: str, lease_expiry_ms: int) -> int:
+        if not task_ids:
+            return 0
+        qk = self.queue(queue)
+        return self.run_script("extend_lease", [qk.active, qk.owner], [lease_expiry_ms, worker_id, *task_ids])
+
+    # Housekeeping (forwarder, recoverer, janitor)
+
+    def forward(self, queue: str, *, limit: int = BATCH_LIMIT) -> int:
+        """Move due scheduled and retry tasks to pending; return how many moved."""
+        qk = self.queue(queue)
+        moved = 0
+        for source in (qk.scheduled, qk.retry):
+            while True:
+                count = self.run_script(
+                    "forward",
+                    [source, qk.state, qk.priority, qk.pending, qk.seq],
+                    [self.now_ms(), limit, qk.wake_channel],
+                )
+                moved += count
+                if count < limit:
+                    break
+        return moved
+
+    def expired_leases(self, queue: str, *, cutoff_ms: int, limit: int = BATCH_LIMIT) -> list[tuple[ClaimedTask, str | None]]:
+        """Return active tasks whose lease expired before `cutoff_ms`, with their owners."""
+        qk = self.queue(queue)
+        with translate_errors():
+            ids = self.client.zrange(qk.active, "-inf", f"({cutoff_ms}", byscore=True, offset=0, num=limit)
+            if not ids:
+                return []
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hmget(qk.msg, ids)
+            pipe.hmget(qk.info, ids)
+            pipe.hmget(qk.owner, ids)
+            messages, infos, owners = pipe.execute()
+        return [
+            (ClaimedTask(id=task_id, queue=queue, raw_message=raw, info=json.loads(info) if info else {}), owner)
+            for task_id, raw, info, owner in zip(ids, messages, infos, owners, strict=True)
+        ]
+
+    def trim(self, queue: str, *, archive_max_age_ms: int, archive_max_size: int, limit: int = BATCH_LIMIT) -> int:
+        """Delete completed tasks past retention and archived ones past the archive's bounds."""
+        qk = self.queue(queue)
+        deleted = 0
+        while True:
+            now_ms = self.now_ms()
+            count = self.run_script(
+                "trim",
+                [qk.completed, qk.archived, qk.msg, qk.state, qk.info, qk.result, qk.priority],
+                [now_ms, now_ms - archive_max_age_ms, archive_max_size, limit],
+            )
+            deleted += count
+            if count < limit:
+                return deleted
+
+    def is_drained(self, queues: Iterable[str]) -> bool:
+        """Tell whether the queues have nothing pending, nor scheduled or retry tasks due."""
+        now_ms = self.now_ms()
+        with translate_errors():
+            pipe = self.client.pipeline(transaction=False)
+            for queue in queues:
+                qk = self.queue(queue)
+                pipe.zcard(qk.pending)
+                pipe.zcount(qk.scheduled, "-inf", now_ms)
+                pipe.zcount(qk.retry, "-inf", now_ms)
+            return not any(pipe.execute())
+
+    # Queue control and cancellation
+
+    def pause(self, queue: str) -> None:
+        with translate_errors():
+            self.client.set(self.queue(queue).paused, "1")
+
+    def resume(self, queue: str) -> None:
+        qk = self.queue(queue)
+        with translate_errors():
+            self.client.delete(qk.paused)
+            self.client.publish(qk.wake_channel, "1")
+
+    def is_paused(self, queue: str) -> bool:
+        with translate_errors():
+            return bool(self.client.exists(self.queue(queue).paused))
+
+    def request_cancel(self, task_id: str) -> int:
+        """Ask whichever worker runs the task to stop it; return how many workers listened."""
+        with translate_errors():
+            return self.client.publish(self.keys.cancel_channel, task_id)
+
+    # Worker registry
+
+    def write_worker(self, worker_id: str, info: dict[str, Any], *, ttl_seconds: float) -> None:
+        expiry_ms = self.now_ms() + int(ttl_seconds * 1000)
+        with translate_errors():
+            pipe = self.client.pipeline(transaction=False)
+            pipe.set(self.keys.worker(worker_id), _dumps(info), px=int(ttl_seconds * 1000))
+            pipe.zadd(self.keys.workers, {worker_id: expiry_ms})
+            pipe.execute()
+
+    def remove_worker(self, worker_id: str) -> None:
+        with translate_errors():
+            pipe = self.client.pipeline(transaction=False)
+            pipe.delete(self.keys.worker(worker_id))
+            pipe.zrem(self.keys.workers, worker_id)
+            pipe.execute()
+
+    def workers(self) -> list[dict[str, Any]]:
+        """Return the info of every worker whose heartbeat is current."""
+        with translate_errors():
+            self.client.zremrangebyscore(self.keys.workers, "-inf", self.now_ms())
+            ids = self.client.zrange(self.keys.workers, 0, -1)
+            if not ids:
+                return []
+            pipe = self.client.pipeline(transaction=False)
+            for worker_id in ids:
+                pipe.get(self.keys.worker(worker_id))
+            raws = pipe.execute()
+        return [json.loads(raw) for raw in raws if raw]
+
+    def ping(self) -> bool:
+        with translate_errors():
+            return bool(self.client.ping())
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+__all__ = ["Broker", "ClaimedTask", "Completion", "LuaScript", "utc_day"]

@@ -1,0 +1,260 @@
+"""The inspector: read queues and tasks in every state, and act on them by hand.
+
+The admin, the API and the management commands all go through it; it is not on the hot path.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from ..exceptions import InvalidStateTransition, TaskNotFound
+from .broker import Broker, translate_errors, utc_day
+from .message import TaskMessage
+from .states import TaskState
+
+#: Tasks moved per script call when acting on a whole state of a queue.
+BULK_PAGE = 500
+#: States whose lists show the newest first.
+NEWEST_FIRST = (TaskState.ARCHIVED, TaskState.COMPLETED)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueStats:
+    """A queue's size in each state, today's counters, and whether it is paused."""
+
+    queue: str
+    pending: int
+    active: int
+    scheduled: int
+    retry: int
+    archived: int
+    completed: int
+    processed_today: int  # attempts finished today (UTC), successful or not
+    failed_today: int
+    paused: bool
+    oldest_pending_age: float | None  # seconds since the next pending task was enqueued
+
+    @property
+    def size(self) -> int:
+        return self.pending + self.active + self.scheduled + self.retry + self.archived + self.completed
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskInfo:
+    """A task as the inspector sees it."""
+
+    id: str
+    queue: str
+    state: TaskState
+    message: TaskMessage | None  # None when the stored message is corrupt
+    raw_message: str | None
+    info: dict[str, Any] = field(default_factory=dict)  # retried, error, traceback, times, worker
+    result: Any = None
+    score_at: float | None = None  # epoch seconds: next attempt, archived at, lease or retention end
+    owner: str | None = None  # worker holding an active task
+
+    @property
+    def retried(self) -> int:
+        return int(self.info.get("retried", 0))
+
+    @property
+    def last_error(self) -> str | None:
+        return self.info.get("error")
+
+
+class Inspector:
+    """Queries and manual actions over the broker's Redis state."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.client = broker.client
+
+    # Queues
+
+    def queues(self) -> list[str]:
+        return self.broker.known_queues()
+
+    def queue_stats(self, queue: str) -> QueueStats:
+        qk = self.broker.queue(queue)
+        day = utc_day(self.broker.clock())
+        with translate_errors():
+            pipe = self.client.pipeline(transaction=False)
+            for state in (TaskState.PENDING, TaskState.ACTIVE, TaskState.SCHEDULED, TaskState.RETRY,
+                          TaskState.ARCHIVED, TaskState.COMPLETED):
+                pipe.zcard(qk.state_set(state))
+            pipe.get(qk.processed(day))
+            pipe.get(qk.failed(day))
+            pipe.exists(qk.paused)
+            pipe.zrange(qk.pending, 0, 0)
+            pending, active, scheduled, retry, archived, completed, processed, failed, paused, head = pipe.execute()
+            oldest_age = None
+            if head:
+                raw = self.client.hget(qk.msg, head[0])
+                try:
+                    oldest_age = max(0.0, self.broker.clock() - TaskMessage.from_json(raw).enqueued_at)
+                except (TypeError, ValueError):
+                    oldest_age = None
+        return QueueStats(
+            queue=queue, pending=pending, active=active, scheduled=scheduled, retry=retry, archived=archived,
+            completed=completed, processed_today=int(processed or 0), failed_today=int(failed or 0),
+            paused=bool(paused), oldest_pending_age=oldest_age,
+        )
+
+    def all_stats(self) -> list[QueueStats]:
+        return [self.queue_stats(queue) for queue in self.queues()]
+
+    def history(self, queue: str, days: int = 14) -> list[tuple[str, int, int]]:
+        """Return (day, processed, failed) for the last `days` UTC days, oldest first."""
+        qk = self.broker.queue(queue)
+        today = datetime.fromtimestamp(self.broker.clock(), UTC).date()
+        dates = [(today - timedelta(days=n)).isoformat() for n in range(days - 1, -1, -1)]
+        with translate_errors():
+            pipe = self.client.pipeline(transaction=False)
+            for day in dates:
+                pipe.get(qk.processed(day))
+                pipe.get(qk.failed(day))
+            values = pipe.execute()
+        return [(day, int(values[2 * i] or 0), int(values[2 * i + 1] or 0)) for i, day in enumerate(dates)]
+
+    def pause(self, queue: str) -> None:
+        self.broker.pause(queue)
+
+    def resume(self, queue: str) -> None:
+        self.broker.resume(queue)
+
+    def workers(self) -> list[dict[str, Any]]:
+        return self.broker.workers()
+
+    # Tasks
+
+    def count(self, queue: str, state: TaskState | str) -> int:
+        with translate_errors():
+            return self.client.zcard(self.broker.queue(queue).state_set(TaskState(state)))
+
+    def list_tasks(self, queue: str, state: TaskState | str, *, offset: int = 0, limit: int = 20) -> list[TaskInfo]:
+        """Return a page of a queue's tasks in a state: pending in the order they will run,
+        scheduled and retry by due time, archived and completed newest first."""
+        state = TaskState(state)
+        qk = self.broker.queue(queue)
+        with translate_errors():
+            ids_scores = self.client.zrange(
+                qk.state_set(state), offset, offset + limit - 1, desc=state in NEWEST_FIRST, withscores=True
+            )
+        return self._load(queue, state, ids_scores)
+
+    def get_task(self, task_id: str, queue: str | None = None) -> TaskInfo:
+        """Find a task by id, in `queue` or, without one, in every known queue."""
+        for name in [queue] if queue else self.queues():
+            qk = self.broker.queue(name)
+            with translate_errors():
+                state = self.client.hget(qk.state, task_id)
+                if state is None:
+                    continue
+                score = self.client.zscore(qk.state_set(state), task_id)
+            return self._load(name, TaskState(state), [(task_id, score)])[0]
+        raise TaskNotFound(f"No task with id {task_id!r}" + (f" in queue {queue!r}." if queue else "."))
+
+    def _load(self, queue: str, state: TaskState, ids_scores: list[tuple[str, float | None]]) -> list[TaskInfo]:
+        if not ids_scores:
+            return []
+        qk = self.broker.queue(queue)
+        ids = [task_id for task_id, _ in ids_scores]
+        with translate_errors():
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hmget(qk.msg, ids)
+            pipe.hmget(qk.info, ids)
+            pipe.hmget(qk.result, ids)
+            pipe.hmget(qk.owner, ids)
+            messages, infos, results, owners = pipe.execute()
+        tasks = []
+        for (task_id, score), raw, info, result, owner in zip(ids_scores, messages, infos, results, owners, strict=True):
+            try:
+                message = TaskMessage.from_json(raw) if raw else None
+            except ValueError:
+                message = None
+            tasks.append(TaskInfo(
+                id=task_id, queue=queue, state=state, message=message, raw_message=raw,
+                info=json.loads(info) if info else {}, result=json.loads(result) if result else None,
+                score_at=score / 1000 if score is not None and state != TaskState.PENDING else None,
+                owner=owner,
+            ))
+        return tasks
+
+    # Acting on tasks
+
+    def run_now(self, queue: str, task_ids: list[str]) -> int:
+        """Move scheduled, retry or archived tasks to pending; return how many moved."""
+        qk = self.broker.queue(queue)
+        return self.broker.run_script(
+            "run_now",
+            [qk.state, qk.priority, qk.pending, qk.seq, qk.scheduled, qk.retry, qk.archived],
+            [qk.wake_channel, *task_ids],
+        ) if task_ids else 0
+
+    def archive(self, queue: str, task_ids: list[str]) -> int:
+        """Archive pending, scheduled or retry tasks; return how many moved."""
+        qk = self.broker.queue(queue)
+        keys = [qk.state, qk.pending, qk.scheduled, qk.retry, qk.archived]
+        args = [self.broker.now_ms(), *self._with_unique_keys(queue, task_ids, keys)]
+        return self.broker.run_script("archive_tasks", keys, args) if task_ids else 0
+
+    def delete(self, queue: str, task_ids: list[str]) -> int:
+        """Delete tasks in any state but active; return how many were deleted."""
+        qk = self.broker.queue(queue)
+        keys = [qk.msg, qk.state, qk.info, qk.result, qk.priority, qk.pending, qk.scheduled, qk.retry,
+                qk.archived, qk.completed]
+        args = self._with_unique_keys(queue, task_ids, keys)
+        return self.broker.run_script("delete_tasks", keys, args) if task_ids else 0
+
+    def run_all(self, queue: str, state: TaskState | str) -> int:
+        return self._bulk(queue, state, self.run_now, allowed=(TaskState.SCHEDULED, TaskState.RETRY, TaskState.ARCHIVED))
+
+    def archive_all(self, queue: str, state: TaskState | str) -> int:
+        return self._bulk(queue, state, self.archive, allowed=(TaskState.PENDING, TaskState.SCHEDULED, TaskState.RETRY))
+
+    def delete_all(self, queue: str, state: TaskState | str) -> int:
+        allowed = tuple(s for s in TaskState if s != TaskState.ACTIVE)
+        return self._bulk(queue, state, self.delete, allowed=allowed)
+
+    def cancel(self, task_id: str) -> int:
+        """Ask the worker running the task to stop it (it is archived); return listeners reached."""
+        return self.broker.request_cancel(task_id)
+
+    def _bulk(self, queue: str, state: TaskState | str, action: Any, *, allowed: tuple[TaskState, ...]) -> int:
+        state = TaskState(state)
+        if state not in allowed:
+            raise InvalidStateTransition(
+                f"That action applies to tasks in {', '.join(allowed)}, not {state}."
+            )
+        key = self.broker.queue(queue).state_set(state)
+        total = 0
+        while True:
+            with translate_errors():
+                ids = self.client.zrange(key, 0, BULK_PAGE - 1)
+            moved = action(queue, ids) if ids else 0
+            total += moved
+            if moved == 0:
+                return total
+
+    def _with_unique_keys(self, queue: str, task_ids: list[str], keys: list[str]) -> list[Any]:
+        """Append each task's uniqueness lock to `keys`; return the (id, key index) arguments."""
+        if not task_ids:
+            return []
+        qk = self.broker.queue(queue)
+        with translate_errors():
+            raws = self.client.hmget(qk.msg, task_ids)
+        args: list[Any] = []
+        for task_id, raw in zip(task_ids, raws, strict=True):
+            index = 0
+            try:
+                unique_key = TaskMessage.from_json(raw).unique_key if raw else None
+            except ValueError:
+                unique_key = None
+            if unique_key:
+                keys.append(qk.unique(unique_key))
+                index = len(keys)
+            args += [task_id, index]
+        return args

@@ -1,0 +1,123 @@
+"""Every Redis key name django-rtq uses; no key is built anywhere else.
+
+All keys of a queue share the queue's hash tag (`rtq:{emails}:...`), so a queue lives in
+one Redis Cluster slot and every script touches one slot, with all its keys declared.
+A task is spread over per-queue hashes keyed by task id (its "columns"), so that scripts
+that discover task ids at run time still only touch keys their caller declared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+
+@dataclass(frozen=True, slots=True)
+class QueueKeys:
+    """The keys of one queue."""
+
+    name: str
+    prefix: str  # rtq:{<queue>}:
+
+    # Sorted sets of task ids
+    @property
+    def pending(self) -> str:  # ZSET id -> priority band + FIFO sequence
+        return self.prefix + "pending"
+
+    @property
+    def active(self) -> str:  # ZSET id -> lease expiry (ms)
+        return self.prefix + "active"
+
+    @property
+    def scheduled(self) -> str:  # ZSET id -> process-at (ms)
+        return self.prefix + "scheduled"
+
+    @property
+    def retry(self) -> str:  # ZSET id -> next attempt (ms)
+        return self.prefix + "retry"
+
+    @property
+    def archived(self) -> str:  # ZSET id -> archived at (ms)
+        return self.prefix + "archived"
+
+    @property
+    def completed(self) -> str:  # ZSET id -> retention ends (ms)
+        return self.prefix + "completed"
+
+    # Task columns: hashes keyed by task id
+    @property
+    def msg(self) -> str:  # HASH id -> TaskMessage JSON, written once at enqueue
+        return self.prefix + "msg"
+
+    @property
+    def state(self) -> str:  # HASH id -> TaskState
+        return self.prefix + "state"
+
+    @property
+    def info(self) -> str:  # HASH id -> JSON of attempt facts (retried, last error, times)
+        return self.prefix + "info"
+
+    @property
+    def result(self) -> str:  # HASH id -> return value JSON of completed tasks
+        return self.prefix + "result"
+
+    @property
+    def owner(self) -> str:  # HASH id -> id of the worker holding the lease
+        return self.prefix + "owner"
+
+    @property
+    def priority(self) -> str:  # HASH id -> priority, only where it is not 0
+        return self.prefix + "priority"
+
+    # Queue-wide
+    @property
+    def seq(self) -> str:  # STRING counter giving pending tasks their FIFO order
+        return self.prefix + "seq"
+
+    @property
+    def paused(self) -> str:  # STRING, present while the queue is paused
+        return self.prefix + "paused"
+
+    @property
+    def wake_channel(self) -> str:  # pub/sub channel: pending went from empty to non-empty
+        return self.prefix + "wake"
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return (self.msg, self.state, self.info, self.result, self.owner, self.priority)
+
+    def unique(self, unique_key: str) -> str:  # STRING -> id of the task holding the lock
+        return f"{self.prefix}unique:{unique_key}"
+
+    def processed(self, day: str) -> str:  # STRING counter of attempts finished on a UTC day
+        return f"{self.prefix}processed:{day}"
+
+    def failed(self, day: str) -> str:  # STRING counter of attempts failed on a UTC day
+        return f"{self.prefix}failed:{day}"
+
+    def state_set(self, state: str) -> str:
+        return self.prefix + str(state)
+
+
+class Keyspace:
+    """The key names under one prefix."""
+
+    def __init__(self, prefix: str = "rtq") -> None:
+        self.prefix = prefix
+        self.queues = f"{prefix}:queues"  # SET of queue names ever enqueued to
+        self.workers = f"{prefix}:workers"  # ZSET worker id -> heartbeat expiry (ms)
+        self.cancel_channel = f"{prefix}:cancel"  # pub/sub channel of task ids to cancel
+
+    def queue_prefix(self, queue: str) -> str:
+        return f"{self.prefix}:{{{queue}}}:"
+
+    def queue(self, queue: str) -> QueueKeys:
+        return _queue_keys(self.prefix, queue)
+
+    def worker(self, worker_id: str) -> str:  # STRING JSON of a worker's info, with a TTL
+        return f"{self.prefix}:worker:{worker_id}"
+
+
+@cache
+def _queue_keys(prefix: str, queue: str) -> QueueKeys:
+    return QueueKeys(name=queue, prefix=f"{prefix}:{{{queue}}}:")

@@ -1,0 +1,31 @@
+-- Run tasks now: move them from scheduled, retry or archived to pending.
+-- Tasks in other states (or gone) are skipped.
+--
+-- KEYS[1] -> rtq:{<queue>}:state
+-- KEYS[2] -> rtq:{<queue>}:priority
+-- KEYS[3] -> rtq:{<queue>}:pending
+-- KEYS[4] -> rtq:{<queue>}:seq
+-- KEYS[5] -> rtq:{<queue>}:scheduled
+-- KEYS[6] -> rtq:{<queue>}:retry
+-- KEYS[7] -> rtq:{<queue>}:archived
+-- ARGV[1] -> wake channel
+-- ARGV[2..] -> task ids
+--
+-- Returns: the number of tasks moved.
+local state, priority, pending, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local sources = {scheduled = KEYS[5], retry = KEYS[6], archived = KEYS[7]}
+local channel = ARGV[1]
+
+local before = redis.call('ZCARD', pending)
+local moved = 0
+for i = 2, #ARGV do
+  local id = ARGV[i]
+  local source = sources[redis.call('HGET', state, id) or '']
+  if source then
+    redis.call('ZREM', source, id)
+    push_pending(pending, seq, priority, state, id, false)
+    moved = moved + 1
+  end
+end
+wake(pending, channel, before)
+return moved

@@ -1,0 +1,46 @@
+"""The message of a task: what to run and how, as stored (JSON) in the queue's msg hash."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: Highest and lowest priority; higher runs first (the range of `django.tasks`).
+MIN_PRIORITY = -100
+MAX_PRIORITY = 100
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskMessage:
+    """A task as enqueued. Immutable: attempt facts live in the task's info."""
+
+    id: str
+    task: str  # registered task type name
+    queue: str
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    priority: int = 0
+    max_retries: int = 0
+    timeout: float | None = None  # seconds per attempt
+    deadline: float | None = None  # epoch seconds by which it must have finished
+    retention: float = 0.0  # seconds a completed task is kept
+    unique_key: str | None = None  # uniqueness lock held while the task is live
+    unique_ttl: float | None = None  # seconds the uniqueness lock lasts at most
+    enqueued_at: float = 0.0  # epoch seconds
+    process_at: float | None = None  # epoch seconds; None = at once
+    parent: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"), allow_nan=False)
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> TaskMessage:
+        """Parse a stored message; raise ValueError if it is not one."""
+        data = json.loads(raw)
+        if not isinstance(data, dict):
+            raise ValueError("task message is not a JSON object")
+        try:
+            return cls(**data)
+        except TypeError as exc:
+            raise ValueError(f"task message has unexpected fields: {exc}") from None

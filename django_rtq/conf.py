@@ -1,0 +1,120 @@
+"""Settings: the `RTQ` dict in Django settings, merged over documented defaults."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+DEFAULT_KEY_PREFIX = "rtq"
+DEFAULT_QUEUE = "default"
+DEFAULT_CONCURRENCY = 10  # threads per worker process
+DEFAULT_MAX_RETRIES = 5
+DEFAULT_TIMEOUT_SECONDS = 1800.0  # asynq's default when neither timeout nor deadline is set
+DEFAULT_RETENTION_SECONDS = 0.0  # completed tasks are deleted at once unless a task asks otherwise
+DEFAULT_UNIQUE_TTL_SECONDS = 3600.0
+DEFAULT_LEASE_SECONDS = 30.0
+DEFAULT_RECOVERY_GRACE_SECONDS = 30.0  # clock skew allowed before an expired lease is recovered
+DEFAULT_HEARTBEAT_INTERVAL_SECONDS = 5.0
+DEFAULT_FORWARDER_INTERVAL_SECONDS = 1.0
+DEFAULT_RECOVERER_INTERVAL_SECONDS = 30.0
+DEFAULT_JANITOR_INTERVAL_SECONDS = 8.0
+DEFAULT_HEALTHCHECK_INTERVAL_SECONDS = 15.0
+DEFAULT_SYNCER_INTERVAL_SECONDS = 1.0
+DEFAULT_SHUTDOWN_TIMEOUT_SECONDS = 8.0
+DEFAULT_IDLE_WAIT_SECONDS = 1.0  # longest an idle worker waits before claiming again
+DEFAULT_ARCHIVE_MAX_SIZE = 10_000
+DEFAULT_ARCHIVE_MAX_AGE_SECONDS = 90 * 24 * 3600.0
+DEFAULT_STATS_TTL_SECONDS = 90 * 24 * 3600.0  # how long per-day counters are kept
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RTQSettings:
+    """The effective settings, read from `settings.RTQ` with defaults for every key."""
+
+    REDIS_URL: str = ""
+    KEY_PREFIX: str = DEFAULT_KEY_PREFIX
+    # queue name -> weight; workers started without --queues serve these
+    QUEUES: dict[str, int] = field(default_factory=lambda: {DEFAULT_QUEUE: 1})
+    DEFAULT_QUEUE: str = DEFAULT_QUEUE
+    STRICT_PRIORITY: bool = False
+    CONCURRENCY: int = DEFAULT_CONCURRENCY
+    MAX_RETRIES: int = DEFAULT_MAX_RETRIES
+    TIMEOUT: float | None = DEFAULT_TIMEOUT_SECONDS
+    RETENTION: float = DEFAULT_RETENTION_SECONDS
+    UNIQUE_TTL: float = DEFAULT_UNIQUE_TTL_SECONDS
+    # callable or dotted path: (retried: int, exc: BaseException) -> seconds
+    RETRY_BACKOFF: Any = "django_rtq.retry.exponential_backoff"
+    LEASE_SECONDS: float = DEFAULT_LEASE_SECONDS
+    RECOVERY_GRACE: float = DEFAULT_RECOVERY_GRACE_SECONDS
+    HEARTBEAT_INTERVAL: float = DEFAULT_HEARTBEAT_INTERVAL_SECONDS
+    FORWARDER_INTERVAL: float = DEFAULT_FORWARDER_INTERVAL_SECONDS
+    RECOVERER_INTERVAL: float = DEFAULT_RECOVERER_INTERVAL_SECONDS
+    JANITOR_INTERVAL: float = DEFAULT_JANITOR_INTERVAL_SECONDS
+    HEALTHCHECK_INTERVAL: float = DEFAULT_HEALTHCHECK_INTERVAL_SECONDS
+    SYNCER_INTERVAL: float = DEFAULT_SYNCER_INTERVAL_SECONDS
+    SHUTDOWN_TIMEOUT: float = DEFAULT_SHUTDOWN_TIMEOUT_SECONDS
+    IDLE_WAIT: float = DEFAULT_IDLE_WAIT_SECONDS
+    ARCHIVE_MAX_SIZE: int = DEFAULT_ARCHIVE_MAX_SIZE
+    ARCHIVE_MAX_AGE: float = DEFAULT_ARCHIVE_MAX_AGE_SECONDS
+    STATS_TTL: float = DEFAULT_STATS_TTL_SECONDS
+    # dotted path or callable, called with (healthy: bool, error: Exception | None)
+    HEALTH_CHECK: Any = None
+
+
+def get_settings() -> RTQSettings:
+    """Return the effective settings, validating `settings.RTQ`."""
+    user = getattr(django_settings, "RTQ", {}) or {}
+    if not isinstance(user, dict):
+        raise ImproperlyConfigured("settings.RTQ must be a dict.")
+    known = {f.name for f in fields(RTQSettings)}
+    unknown = sorted(set(user) - known)
+    if unknown:
+        raise ImproperlyConfigured(
+            f"Unknown key(s) in settings.RTQ: {', '.join(unknown)}. Known keys: {', '.join(sorted(known))}."
+        )
+    values = dict(user)
+    values.setdefault("REDIS_URL", os.environ.get("RTQ_REDIS_URL") or DEFAULT_REDIS_URL)
+    queues = values.get("QUEUES")
+    if queues is not None:
+        values["QUEUES"] = parse_queues(queues)
+    return RTQSettings(**values)
+
+
+def parse_queues(queues: Any) -> dict[str, int]:
+    """Turn a dict, a list of names, or a "name:weight,name" string into {queue: weight}."""
+    if isinstance(queues, str):
+        queues = [part for part in queues.split(",") if part.strip()]
+    if isinstance(queues, dict):
+        items = list(queues.items())
+    else:
+        items = []
+        for entry in queues:
+            name, _, weight = str(entry).partition(":")
+            items.append((name, weight or 1))
+    parsed: dict[str, int] = {}
+    for name, weight in items:
+        name = str(name).strip()
+        validate_queue_name(name)
+        try:
+            weight = int(weight)
+        except (TypeError, ValueError):
+            raise ImproperlyConfigured(f"Queue {name!r} has a weight that is not an integer: {weight!r}.") from None
+        if weight < 1:
+            raise ImproperlyConfigured(f"Queue {name!r} needs a weight of at least 1, not {weight}.")
+        parsed[name] = weight
+    if not parsed:
+        raise ImproperlyConfigured("At least one queue is needed.")
+    return parsed
+
+
+def validate_queue_name(name: str) -> None:
+    """Reject queue names that would break the key layout (hash tags use braces)."""
+    if not name or any(ch in name for ch in "{}: \t\n"):
+        raise ImproperlyConfigured(
+            f"Queue name {name!r} is invalid: it must be non-empty and contain no braces, colons or spaces."
+        )

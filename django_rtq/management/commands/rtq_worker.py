@@ -1,0 +1,69 @@
+"""`manage.py rtq_worker`: run a worker (or several worker processes) on the given queues."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import BaseCommand, CommandError
+
+from django_rtq.conf import get_settings, parse_queues
+from django_rtq.worker.server import Worker
+from django_rtq.worker.supervisor import Supervisor
+
+
+class Command(BaseCommand):
+    help = "Run a django-rtq worker: claim tasks from the queues and run them."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument(
+            "--queues", "-Q",
+            help='Queues to serve, with optional weights: "critical:6,default:3,low:1". '
+                 "Default: settings.RTQ['QUEUES'].",
+        )
+        parser.add_argument("--concurrency", "-c", type=int, help="Tasks run at once per process (threads).")
+        parser.add_argument("--processes", "-p", type=int, default=1,
+                            help="Worker processes to run, supervised and restarted if they die.")
+        parser.add_argument("--strict", action="store_true", default=None,
+                            help="Strict priority: always serve heavier queues first.")
+        parser.add_argument("--burst", action="store_true",
+                            help="Exit once every queue is empty and nothing scheduled is due.")
+        parser.add_argument("--shutdown-timeout", type=float,
+                            help="Seconds running tasks get to finish on SIGTERM before they go back to pending.")
+        parser.add_argument("--loglevel", "-l", default="INFO",
+                            choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+                            help="Level of the django_rtq loggers.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        self._configure_logging(options["loglevel"])
+        conf = get_settings()
+        try:
+            queues = parse_queues(options["queues"]) if options["queues"] else conf.QUEUES
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from None
+        if options["concurrency"] is not None and options["concurrency"] < 1:
+            raise CommandError("--concurrency must be at least 1.")
+        if options["processes"] < 1:
+            raise CommandError("--processes must be at least 1.")
+        worker_options = {
+            "queues": queues,
+            "concurrency": options["concurrency"],
+            "strict": options["strict"],
+            "burst": options["burst"],
+            "shutdown_timeout": options["shutdown_timeout"],
+        }
+        if options["processes"] == 1:
+            Worker(**worker_options).run()
+        else:
+            timeout = conf.SHUTDOWN_TIMEOUT if options["shutdown_timeout"] is None else options["shutdown_timeout"]
+            Supervisor(processes=options["processes"], worker_options=worker_options,
+                       shutdown_timeout=timeout).run()
+
+    def _configure_logging(self, level: str) -> None:
+        logger = logging.getLogger("django_rtq")
+        logger.setLevel(level)
+        if not logger.handlers and not logging.getLogger().handlers:
+            handler = logging.StreamHandler(self.stderr._out)
+            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+            logger.addHandler(handler)

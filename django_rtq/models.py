@@ -1,0 +1,1 @@
+"""Models of django-rtq. Live task state is in Redis, not here."""

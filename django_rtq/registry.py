@@ -1,0 +1,231 @@
+"""Task types: the `@task` decorator, the registry of task types, and enqueueing."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.db import transaction
+
+from .broker.message import MAX_PRIORITY, MIN_PRIORITY, TaskMessage
+from .conf import get_settings, validate_queue_name
+from .connection import get_broker
+from .exceptions import InvalidTask
+from .retry import Backoff, resolve_backoff
+
+#: Options a task type takes in `@task(...)`; all but `retry_backoff` can be overridden per call.
+TYPE_OPTIONS = frozenset(
+    {"queue", "priority", "max_retries", "retry_backoff", "timeout", "deadline", "unique", "unique_key", "retention"}
+)
+#: Options that only make sense for one call, through `.using(...)`.
+CALL_OPTIONS = frozenset({"delay", "process_at", "task_id"})
+
+_registry: dict[str, TaskType] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class TaskType:
+    """A registered task function, with its options. Call it to run the function directly."""
+
+    func: Callable[..., Any]
+    name: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.func(*args, **kwargs)
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.func)
+
+    @property
+    def retry_backoff(self) -> Backoff:
+        return resolve_backoff(self.options.get("retry_backoff") or get_settings().RETRY_BACKOFF)
+
+    def using(self, **options: Any) -> TaskType:
+        """Return this task type with options overridden for the calls made through it."""
+        check_options(options, TYPE_OPTIONS - {"retry_backoff"} | CALL_OPTIONS, self.name)
+        return replace(self, options={**self.options, **options})
+
+    def prepare(self, *args: Any, **kwargs: Any) -> TaskMessage:
+        """Build (and validate) the message an enqueue of these arguments would send."""
+        return build_message(self, args, kwargs)
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> TaskMessage:
+        """Enqueue a call of this task; return its message (`.id` identifies it)."""
+        message = self.prepare(*args, **kwargs)
+        get_broker().enqueue([message])
+        return message
+
+    def enqueue_on_commit(self, *args: Any, **kwargs: Any) -> TaskMessage:
+        """Enqueue once the current database transaction commits (at once outside one)."""
+        message = self.prepare(*args, **kwargs)
+        transaction.on_commit(lambda: get_broker().enqueue([message]))
+        return message
+
+
+def enqueue_many(messages: Iterable[TaskMessage]) -> list[TaskMessage]:
+    """Enqueue prepared messages in one round trip (`my_task.prepare(...)` makes them)."""
+    messages = list(messages)
+    get_broker().enqueue(messages)
+    return messages
+
+
+def task(func: Callable[..., Any] | None = None, *, name: str | None = None, **options: Any) -> Any:
+    """Register a function as a task type: `@task` or `@task(queue="emails", max_retries=3)`."""
+
+    def register(func: Callable[..., Any]) -> TaskType:
+        task_name = name or f"{func.__module__}.{func.__qualname__}"
+        check_options(options, TYPE_OPTIONS, task_name)
+        task_type = TaskType(func=func, name=task_name, options=dict(options))
+        if "queue" in options:
+            _check_queue(options["queue"], task_name)
+        if "retry_backoff" in options:
+            resolve_backoff(options["retry_backoff"])
+        register_task(task_type)
+        return task_type
+
+    return register(func) if func is not None else register
+
+
+def register_task(task_type: TaskType) -> None:
+    existing = _registry.get(task_type.name)
+    if existing is not None and _origin(existing.func) != _origin(task_type.func):
+        raise ImproperlyConfigured(
+            f"Task name {task_type.name!r} is registered twice: by {_origin(existing.func)} and "
+            f"{_origin(task_type.func)}. Give one of them another name."
+        )
+    _registry[task_type.name] = task_type
+
+
+def get_task_type(name: str) -> TaskType | None:
+    return _registry.get(name)
+
+
+def registered_tasks() -> dict[str, TaskType]:
+    return dict(_registry)
+
+
+def _origin(func: Callable[..., Any]) -> str:
+    return f"{func.__module__}.{func.__qualname__}"
+
+
+def check_options(options: dict[str, Any], allowed: frozenset[str], task_name: str) -> None:
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise InvalidTask(
+            f"Unknown option(s) {', '.join(map(repr, unknown))} for task {task_name!r}; "
+            f"expected some of: {', '.join(sorted(allowed))}."
+        )
+
+
+def build_message(task_type: TaskType, args: Sequence[Any], kwargs: dict[str, Any]) -> TaskMessage:
+    """Resolve a call's options against the defaults and validate everything into a message."""
+    conf = get_settings()
+    opts = task_type.options
+    now = datetime.now().timestamp()
+    queue = opts.get("queue") or conf.DEFAULT_QUEUE
+    _check_queue(queue, task_type.name)
+
+    priority = opts.get("priority", 0)
+    if not isinstance(priority, int) or isinstance(priority, bool) or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        raise InvalidTask(f"priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}, not {priority!r}.")
+    max_retries = opts.get("max_retries", conf.MAX_RETRIES)
+    if not isinstance(max_retries, int) or isinstance(max_retries, bool) or max_retries < 0:
+        raise InvalidTask(f"max_retries must be a non-negative integer, not {max_retries!r}.")
+    timeout = _seconds(opts.get("timeout", conf.TIMEOUT), "timeout", allow_none=True)
+    retention = _seconds(opts.get("retention", conf.RETENTION), "retention")
+    deadline = _instant(opts.get("deadline"), "deadline", now)
+    process_at = _process_at(opts, now)
+
+    args, kwargs = list(args), dict(kwargs)
+    args_json = _json(args, "args", task_type.name)
+    kwargs_json = _json(kwargs, "kwargs", task_type.name)
+
+    unique = opts.get("unique", False)
+    unique_key = opts.get("unique_key")
+    unique_ttl = None
+    if unique or unique_key:
+        if unique is True or not unique:
+            unique_ttl = conf.UNIQUE_TTL
+        else:
+            unique_ttl = _seconds(unique, "unique")
+        if unique_key is None:
+            digest = hashlib.sha1(f"{args_json}|{kwargs_json}".encode()).hexdigest()
+            unique_key = f"{task_type.name}:{digest}"
+        elif not isinstance(unique_key, str) or not unique_key:
+            raise InvalidTask(f"unique_key must be a non-empty string, not {unique_key!r}.")
+
+    task_id = opts.get("task_id") or str(uuid.uuid4())
+    if not isinstance(task_id, str) or any(ch.isspace() for ch in task_id):
+        raise InvalidTask(f"task_id must be a string without spaces, not {task_id!r}.")
+
+    return TaskMessage(
+        id=task_id,
+        task=task_type.name,
+        queue=queue,
+        args=args,
+        kwargs=kwargs,
+        priority=priority,
+        max_retries=max_retries,
+        timeout=timeout,
+        deadline=deadline,
+        retention=retention or 0.0,
+        unique_key=unique_key,
+        unique_ttl=unique_ttl,
+        enqueued_at=now,
+        process_at=process_at,
+    )
+
+
+def _check_queue(queue: Any, task_name: str) -> None:
+    try:
+        validate_queue_name(queue if isinstance(queue, str) else "")
+    except ImproperlyConfigured as exc:
+        raise InvalidTask(f"Task {task_name!r}: {exc}") from None
+
+
+def _json(value: Any, what: str, task_name: str) -> str:
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidTask(f"The {what} of task {task_name!r} must be JSON-serializable: {exc}.") from None
+
+
+def _seconds(value: Any, what: str, *, allow_none: bool = False) -> float | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+        raise InvalidTask(f"{what} must be a non-negative number of seconds or a timedelta, not {value!r}.")
+    return float(value)
+
+
+def _instant(value: Any, what: str, now: float) -> float | None:
+    """Read a point in time given as an aware or naive datetime, a timedelta from now, or epoch seconds."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.timestamp()
+    if isinstance(value, timedelta):
+        return now + value.total_seconds()
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    raise InvalidTask(f"{what} must be a datetime, a timedelta or epoch seconds, not {value!r}.")
+
+
+def _process_at(opts: dict[str, Any], now: float) -> float | None:
+    delay, process_at = opts.get("delay"), opts.get("process_at")
+    if delay is not None and process_at is not None:
+        raise InvalidTask("Give delay or process_at, not both.")
+    if delay is not None:
+        return now + _seconds(delay, "delay")
+    return _instant(process_at, "process_at", now)

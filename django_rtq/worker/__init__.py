@@ -1,0 +1,1 @@
+"""The worker server: one module per component, wired together in `server.py`."""

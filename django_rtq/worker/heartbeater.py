@@ -1,0 +1,49 @@
+"""The heartbeater records the worker in the registry and extends the leases of its tasks."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ..broker import Broker
+from .component import Component
+
+
+class LeaseHolder(Protocol):
+    def owned_by_queue(self) -> dict[str, list[str]]: ...
+    def lease_extended(self, expiry: float) -> None: ...
+    def describe(self) -> dict: ...
+
+
+class Heartbeater(Component):
+    """The heartbeater writes the worker's info (host, pid, queues, in-flight tasks) with a TTL
+    and extends the lease of every task the processor holds, claimed or running."""
+
+    name = "heartbeater"
+
+    def __init__(
+        self, *, broker: Broker, worker_id: str, processor: LeaseHolder, interval: float, lease_seconds: float
+    ) -> None:
+        super().__init__(interval=interval)
+        self.broker = broker
+        self.worker_id = worker_id
+        self.processor = processor
+        self.lease_seconds = lease_seconds
+
+    def run_once(self) -> int:
+        expiry = self.broker.clock() + self.lease_seconds
+        extended = 0
+        for queue, task_ids in self.processor.owned_by_queue().items():
+            extended += self.broker.extend_leases(
+                queue, task_ids, worker_id=self.worker_id, lease_expiry_ms=int(expiry * 1000)
+            )
+        self.processor.lease_extended(expiry)
+        ttl = max(self.lease_seconds, 3 * self.interval)
+        self.broker.write_worker(self.worker_id, self.processor.describe(), ttl_seconds=ttl)
+        return extended
+
+    def stop(self, timeout: float | None = 5.0) -> None:
+        super().stop(timeout)
+        try:
+            self.broker.remove_worker(self.worker_id)
+        except Exception:
+            self.logger.warning("could not remove worker %r from the registry", self.worker_id)

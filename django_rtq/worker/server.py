@@ -1,0 +1,123 @@
+"""The worker server: starts one process's components from a list and stops them in order."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from django.utils.module_loading import import_string
+
+from ..broker import Broker
+from ..conf import RTQSettings, get_settings
+from ..connection import get_broker
+from .forwarder import Forwarder
+from .healthchecker import Healthchecker
+from .heartbeater import Heartbeater
+from .janitor import Janitor
+from .processor import Processor
+from .recoverer import Recoverer
+from .subscriber import Subscriber
+from .syncer import Syncer
+
+logger = logging.getLogger(__name__)
+
+
+class Worker:
+    """One worker process: a processor and the components that keep its tasks safe.
+
+    `run()` blocks until SIGTERM or SIGINT (or, with `burst`, until the queues are drained),
+    then shuts down gracefully: unfinished tasks go back to pending.
+    """
+
+    def __init__(
+        self,
+        *,
+        queues: dict[str, int] | None = None,
+        concurrency: int | None = None,
+        strict: bool | None = None,
+        burst: bool = False,
+        shutdown_timeout: float | None = None,
+        broker: Broker | None = None,
+        settings: RTQSettings | None = None,
+    ) -> None:
+        conf = settings or get_settings()
+        self.conf = conf
+        self.broker = broker or get_broker()
+        self.queues = dict(queues or conf.QUEUES)
+        self.burst = burst
+        self.shutdown_timeout = conf.SHUTDOWN_TIMEOUT if shutdown_timeout is None else shutdown_timeout
+        self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._stop_requested = threading.Event()
+
+        self.syncer = Syncer(interval=conf.SYNCER_INTERVAL, clock=self.broker.clock)
+        self.processor = Processor(
+            broker=self.broker,
+            worker_id=self.id,
+            queues=self.queues,
+            concurrency=concurrency or conf.CONCURRENCY,
+            lease_seconds=conf.LEASE_SECONDS,
+            syncer=self.syncer,
+            strict=conf.STRICT_PRIORITY if strict is None else strict,
+            idle_wait=conf.IDLE_WAIT,
+            burst=burst,
+        )
+        names = list(self.queues)
+        self.heartbeater = Heartbeater(
+            broker=self.broker, worker_id=self.id, processor=self.processor,
+            interval=conf.HEARTBEAT_INTERVAL, lease_seconds=conf.LEASE_SECONDS,
+        )
+        self.forwarder = Forwarder(broker=self.broker, queues=names, interval=conf.FORWARDER_INTERVAL)
+        self.recoverer = Recoverer(
+            broker=self.broker, queues=names, interval=conf.RECOVERER_INTERVAL, grace=conf.RECOVERY_GRACE
+        )
+        self.janitor = Janitor(
+            broker=self.broker, queues=names, interval=conf.JANITOR_INTERVAL,
+            archive_max_age=conf.ARCHIVE_MAX_AGE, archive_max_size=conf.ARCHIVE_MAX_SIZE,
+        )
+        self.healthchecker = Healthchecker(
+            broker=self.broker, interval=conf.HEALTHCHECK_INTERVAL, callback=_health_callback(conf.HEALTH_CHECK)
+        )
+        self.subscriber = Subscriber(broker=self.broker, on_cancel=self.processor.cancel)
+
+    def start(self) -> None:
+        logger.info("worker %s starting on queues %s", self.id, self.queues)
+        for component in (self.syncer, self.healthchecker, self.heartbeater, self.subscriber,
+                          self.forwarder, self.recoverer, self.janitor, self.processor):
+            component.start()
+
+    def stop(self) -> None:
+        """Shut down: the processor first (it stops claiming, finishes or gives back its tasks),
+        while the heartbeater still extends leases and the subscriber still hears cancellations;
+        the syncer last, so that it flushes whatever the others could not write."""
+        logger.info("worker %s stopping (waiting up to %ss for running tasks)", self.id, self.shutdown_timeout)
+        self.processor.stop(self.shutdown_timeout)
+        for component in (self.subscriber, self.heartbeater, self.forwarder, self.recoverer, self.janitor,
+                          self.healthchecker, self.syncer):
+            component.stop()
+        logger.info("worker %s stopped", self.id)
+
+    def request_stop(self, *_: Any) -> None:
+        self._stop_requested.set()
+
+    def run(self) -> None:
+        """Start, wait for a stop signal (or a drained burst), then stop gracefully."""
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self.request_stop)
+            signal.signal(signal.SIGINT, self.request_stop)
+        self.start()
+        while not self._stop_requested.wait(0.2):
+            if self.burst and self.processor.drained.is_set():
+                break
+        self.stop()
+
+
+def _health_callback(value: Any) -> Callable[[bool, Exception | None], None] | None:
+    if isinstance(value, str):
+        return import_string(value)
+    return value

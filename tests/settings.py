@@ -1,0 +1,39 @@
+"""Settings for the test suite: a real Redis (RTQ_REDIS_URL), SQLite, short intervals."""
+
+import os
+
+SECRET_KEY = "tests-only"
+DEBUG = False
+USE_TZ = True
+INSTALLED_APPS = [
+    "django.contrib.contenttypes",
+    "django.contrib.auth",
+    "django_rtq",
+    "tests.testapp",
+]
+DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": os.environ.get("RTQ_TEST_DB", ":memory:")}}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+RTQ = {
+    "REDIS_URL": os.environ.get("RTQ_REDIS_URL", "redis://127.0.0.1:6379/0"),
+    "KEY_PREFIX": os.environ.get("RTQ_TEST_PREFIX", "rtqtest"),
+    "QUEUES": {"default": 1},
+    "RETRY_BACKOFF": 0,
+    "LEASE_SECONDS": float(os.environ.get("RTQ_TEST_LEASE", "30")),
+    "RECOVERY_GRACE": 0,
+    "RECOVERER_INTERVAL": float(os.environ.get("RTQ_TEST_RECOVERER_INTERVAL", "0.2")),
+    "HEARTBEAT_INTERVAL": float(os.environ.get("RTQ_TEST_HEARTBEAT_INTERVAL", "0.2")),
+    "FORWARDER_INTERVAL": 0.1,
+    "JANITOR_INTERVAL": 0.2,
+    "SYNCER_INTERVAL": 0.1,
+    "HEALTHCHECK_INTERVAL": 0.5,
+    "SHUTDOWN_TIMEOUT": 5,
+    "IDLE_WAIT": 0.5,
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django_rtq": {"handlers": ["console"], "level": os.environ.get("RTQ_TEST_LOGLEVEL", "WARNING")}},
+}

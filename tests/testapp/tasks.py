@@ -1,0 +1,122 @@
+"""Task types the test suite enqueues. They report what they did through Redis lists."""
+
+import asyncio
+import os
+import time
+
+import redis
+
+from django_rtq import NonRetryableError, task
+
+_client = None
+
+
+def client() -> redis.Redis:
+    global _client
+    if _client is None:
+        _client = redis.Redis.from_url(os.environ.get("RTQ_REDIS_URL", "redis://127.0.0.1:6379/0"),
+                                       decode_responses=True)
+    return _client
+
+
+def report_key(name: str) -> str:
+    return f"rtqtest-report:{os.environ.get('RTQ_TEST_PREFIX', 'rtqtest')}:{name}"
+
+
+def report(name: str, value) -> None:
+    client().rpush(report_key(name), value)
+
+
+@task
+def noop():
+    return None
+
+
+@task(retention=60)
+def add(a, b):
+    return a + b
+
+
+@task(max_retries=3)
+def flaky(name, failures):
+    """Fail `failures` times, then succeed."""
+    attempt = client().incr(report_key(f"{name}:attempts"))
+    if attempt <= failures:
+        raise RuntimeError(f"attempt {attempt} fails")
+    report(name, "ok")
+    return attempt
+
+
+@task(max_retries=2)
+def always_fails(name):
+    report(name, "attempt")
+    raise ValueError("this task always fails")
+
+
+@task(max_retries=5)
+def refuses(name):
+    report(name, "attempt")
+    raise NonRetryableError("no point in retrying")
+
+
+@task(max_retries=0)
+def block(name, seconds=30.0):
+    """Report that it started, then wait until `release:<name>` is set (or `seconds` pass)."""
+    report(f"{name}:started", "1")
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if client().get(report_key(f"release:{name}")):
+            report(name, "done")
+            return "released"
+        time.sleep(0.01)
+    report(name, "gave up")
+    return "timeout"
+
+
+@task(max_retries=0, timeout=0.3)
+def spin(name):
+    """Run Python code past its timeout."""
+    report(f"{name}:started", "1")
+    while True:
+        time.sleep(0.001)
+
+
+@task(max_retries=0, timeout=0.3)
+def stuck_in_c(name):
+    """Block in one C call past its timeout; the slot must be freed all the same."""
+    report(f"{name}:started", "1")
+    time.sleep(3)
+    report(name, "woke")
+
+
+@task
+async def async_add(a, b):
+    await asyncio.sleep(0.01)
+    return a + b
+
+
+@task(max_retries=0, timeout=0.3)
+async def async_sleep(name):
+    report(f"{name}:started", "1")
+    await asyncio.sleep(30)
+
+
+@task
+def record(name, value=None):
+    report(name, value if value is not None else "1")
+    return value
+
+
+@task(queue="high")
+def record_high(name, value):
+    report(name, value)
+
+
+@task(queue="low")
+def record_low(name, value):
+    report(name, value)
+
+
+@task(retention=60)
+def returns_set():
+    return {1, 2}
