@@ -1,6 +1,7 @@
 """Settings for the test suite: a real Redis (RTQ_REDIS_URL), SQLite, short intervals."""
 
 import os
+import tempfile
 
 SECRET_KEY = "tests-only"
 DEBUG = False
@@ -11,7 +12,15 @@ INSTALLED_APPS = [
     "django_rtq",
     "tests.testapp",
 ]
-DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": os.environ.get("RTQ_TEST_DB", ":memory:")}}
+# A file, not :memory:, so that worker threads share the test database and really close
+# their connections (Django keeps in-memory SQLite connections open).
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": os.path.join(tempfile.gettempdir(), "rtq-tests.sqlite3"),
+        "TEST": {"NAME": os.path.join(tempfile.gettempdir(), f"rtq-tests-{os.getpid()}.sqlite3")},
+    }
+}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 RTQ = {

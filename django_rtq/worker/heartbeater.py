@@ -37,8 +37,9 @@ class Heartbeater(Component):
                 queue, task_ids, worker_id=self.worker_id, lease_expiry_ms=int(expiry * 1000)
             )
         self.processor.lease_extended(expiry)
-        ttl = max(self.lease_seconds, 3 * self.interval)
-        self.broker.write_worker(self.worker_id, self.processor.describe(), ttl_seconds=ttl)
+        # A worker that missed three beats is taken for dead in the registry (its tasks' leases
+        # run on their own clock).
+        self.broker.write_worker(self.worker_id, self.processor.describe(), ttl_seconds=3 * self.interval)
         return extended
 
     def stop(self, timeout: float | None = 5.0) -> None:

@@ -41,6 +41,8 @@ SETTLE_BATCH = 1000
 WATCHDOG_INTERVAL = 0.05
 #: Seconds an async task gets to honour a cancellation before its thread is abandoned.
 ASYNC_CANCEL_GRACE = 2.0
+#: Seconds a pub/sub listener waits for a message before it checks whether to stop.
+PUBSUB_POLL_SECONDS = 0.25
 #: Seconds to wait before claiming again after Redis was unreachable.
 UNAVAILABLE_BACKOFF = 1.0
 
@@ -132,7 +134,7 @@ class Processor:
     # Lifecycle
 
     def start(self) -> None:
-        self._start_thread(self._wake_loop, "rtq-wake")
+        self._waker = self._start_thread(self._wake_loop, "rtq-wake")
         self._subscribed.wait(2.0)
         for _ in range(self.concurrency):
             self._start_executor()
@@ -174,6 +176,7 @@ class Processor:
         with self._cond:
             self._owned.clear()
         self._watchdog.join()
+        self._waker.join()
 
     def _start_thread(self, target: Any, name: str) -> threading.Thread:
         thread = threading.Thread(target=target, name=name, daemon=True)
@@ -509,7 +512,7 @@ class Processor:
                 pubsub.subscribe(*channels)
                 self._subscribed.set()
                 while not self._stopping.is_set():
-                    if pubsub.get_message(timeout=1.0) is not None:
+                    if pubsub.get_message(timeout=PUBSUB_POLL_SECONDS) is not None:
                         self._wake.set()
             except Exception as exc:
                 logger.warning("wake-up subscription lost (%s); idle workers poll until it is back", exc)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import redis
 
 from ..broker import Broker
+from .processor import PUBSUB_POLL_SECONDS
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ class Subscriber:
             finally:
                 pubsub.close()
 
-    def run_once(self, pubsub, timeout: float = 1.0) -> str | None:
+    def run_once(self, pubsub, timeout: float = PUBSUB_POLL_SECONDS) -> str | None:
         message = pubsub.get_message(timeout=timeout)
         if message and message.get("type") == "message":
             task_id = message["data"]

@@ -120,3 +120,18 @@ def record_low(name, value):
 @task(retention=60)
 def returns_set():
     return {1, 2}
+
+
+seen_connections = []
+
+
+@task
+def use_database():
+    from django.db import connections
+
+    connection = connections["default"]  # this thread's own wrapper, not the proxy
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+        (value,) = cursor.fetchone()
+    seen_connections.append(connection)
+    return value

@@ -1,0 +1,131 @@
+"""Task registration and enqueue-time validation."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.db import transaction
+
+from django_rtq import enqueue_many, get_inspector, task
+from django_rtq.broker import TaskState
+from django_rtq.exceptions import DuplicateTask, InvalidTask, TaskIdConflict
+from django_rtq.registry import get_task_type, registered_tasks
+from tests.testapp import tasks
+
+
+def test_tasks_modules_are_autodiscovered():
+    assert "tests.testapp.tasks.add" in registered_tasks()
+    assert get_task_type("tests.testapp.tasks.add") is tasks.add
+
+
+def test_a_task_type_is_still_callable_directly():
+    assert tasks.add(2, 3) == 5
+
+
+def test_enqueue_writes_a_pending_task_with_resolved_defaults(broker):
+    message = tasks.add.enqueue(2, b=3)
+    found = get_inspector().get_task(message.id)
+    assert found.state == TaskState.PENDING
+    assert found.message == message
+    assert (message.args, message.kwargs, message.queue) == ([2], {"b": 3}, "default")
+    assert message.max_retries == 5 and message.retention == 60.0 and message.timeout == 1800.0
+
+
+def test_using_overrides_options_per_call(broker):
+    message = tasks.add.using(queue="other", priority=7, max_retries=1, timeout=2, task_id="my-id").enqueue(1, 1)
+    assert (message.queue, message.priority, message.max_retries, message.timeout, message.id) == (
+        "other", 7, 1, 2.0, "my-id")
+    assert get_inspector().get_task("my-id").queue == "other"
+
+
+def test_delay_and_process_at_schedule_the_task(broker):
+    delayed = tasks.add.using(delay=timedelta(minutes=5)).enqueue(1, 1)
+    at = datetime.now(UTC) + timedelta(hours=1)
+    timed = tasks.add.using(process_at=at).enqueue(1, 1)
+    inspector = get_inspector()
+    assert inspector.get_task(delayed.id).state == TaskState.SCHEDULED
+    assert inspector.get_task(timed.id).score_at == pytest.approx(at.timestamp(), abs=0.01)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [((object(),), "must be JSON-serializable"), ((float("nan"),), "must be JSON-serializable")],
+)
+def test_non_json_arguments_are_refused_at_enqueue(broker, args, expected):
+    with pytest.raises(InvalidTask, match=expected):
+        tasks.add.enqueue(*args)
+    assert get_inspector().count("default", TaskState.PENDING) == 0
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ({"colour": "red"}, "Unknown option"),
+        ({"priority": 101}, "priority must be an integer from -100 to 100"),
+        ({"max_retries": -1}, "max_retries must be a non-negative integer"),
+        ({"timeout": "soon"}, "timeout must be a non-negative number"),
+        ({"queue": "a{b}"}, "Queue name"),
+        ({"delay": 1, "process_at": 5}, "not both"),
+    ],
+)
+def test_bad_options_are_refused_with_a_clear_error(broker, options, expected):
+    with pytest.raises(InvalidTask, match=expected):
+        tasks.add.using(**options).enqueue(1, 2)
+
+
+def test_unknown_decorator_option_is_refused():
+    with pytest.raises(InvalidTask, match="Unknown option"):
+        task(retires=3)(lambda: None)
+
+
+def test_a_name_registered_twice_by_different_functions_is_refused():
+    def first():
+        pass
+
+    def second():
+        pass
+
+    task(name="tests.twice")(first)
+    with pytest.raises(ImproperlyConfigured, match="registered twice"):
+        task(name="tests.twice")(second)
+
+
+def test_duplicate_task_id_is_refused(broker):
+    tasks.add.using(task_id="same").enqueue(1, 1)
+    with pytest.raises(TaskIdConflict, match="'same'"):
+        tasks.add.using(task_id="same").enqueue(2, 2)
+
+
+def test_unique_tasks_are_refused_while_queued(broker):
+    tasks.add.using(unique=60).enqueue(1, 1)
+    with pytest.raises(DuplicateTask):
+        tasks.add.using(unique=60).enqueue(1, 1)
+    tasks.add.using(unique=60).enqueue(1, 2)  # other arguments, another key
+    tasks.add.using(unique_key="k").enqueue(5, 5)
+    with pytest.raises(DuplicateTask):
+        tasks.add.using(unique_key="k").enqueue(6, 6)
+
+
+def test_enqueue_many_sends_everything_in_one_call(broker):
+    messages = enqueue_many(
+        [tasks.add.prepare(i, i) for i in range(50)] + [tasks.record.using(queue="other").prepare("x")]
+    )
+    inspector = get_inspector()
+    assert inspector.count("default", TaskState.PENDING) == 50
+    assert inspector.count("other", TaskState.PENDING) == 1
+    assert len({m.id for m in messages}) == 51
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_on_commit_waits_for_the_commit(broker):
+    inspector = get_inspector()
+    with transaction.atomic():
+        message = tasks.add.enqueue_on_commit(1, 2)
+        assert inspector.count("default", TaskState.PENDING) == 0
+    assert inspector.get_task(message.id).state == TaskState.PENDING
+
+    with pytest.raises(RuntimeError), transaction.atomic():
+        rolled_back = tasks.add.enqueue_on_commit(3, 4)
+        raise RuntimeError
+    with pytest.raises(Exception, match="No task"):
+        inspector.get_task(rolled_back.id)

@@ -1,0 +1,354 @@
+"""The worker, run in this process against a real Redis: every outcome of a task."""
+
+from __future__ import annotations
+
+import json
+import time
+from contextlib import contextmanager
+from datetime import timedelta
+
+import pytest
+
+from django_rtq import get_inspector
+from django_rtq.broker import TaskMessage, TaskState
+from django_rtq.exceptions import BrokerUnavailable, DuplicateTask, TaskNotFound
+from django_rtq.worker.processor import Processor
+from django_rtq.worker.server import Worker
+from tests.conftest import wait_for
+from tests.testapp import tasks
+
+
+@pytest.fixture
+def inspector(broker):
+    return get_inspector()
+
+
+@pytest.fixture
+def run_worker(broker):
+    started = []
+
+    @contextmanager
+    def run(**options):
+        options.setdefault("queues", {"default": 1})
+        worker = Worker(broker=broker, **options)
+        worker.start()
+        started.append(worker)
+        try:
+            yield worker
+        finally:
+            if worker in started:
+                started.remove(worker)
+                worker.stop()
+
+    yield run
+    for worker in started:
+        worker.stop()
+
+
+def reports(redis_client, name):
+    return redis_client.lrange(tasks.report_key(name), 0, -1)
+
+
+def state_of(inspector, task_id):
+    try:
+        return inspector.get_task(task_id).state
+    except TaskNotFound:
+        return None
+
+
+def wait_state(inspector, task_id, state, timeout=10.0):
+    wait_for(lambda: state_of(inspector, task_id) == state, timeout, message=f"task {task_id} to be {state}")
+    return inspector.get_task(task_id) if state else None
+
+
+def test_a_task_runs_and_its_result_is_kept_for_its_retention(run_worker, inspector):
+    message = tasks.add.enqueue(2, 3)
+    with run_worker():
+        done = wait_state(inspector, message.id, TaskState.COMPLETED)
+    assert done.result == 5
+    assert done.score_at == pytest.approx(time.time() + 60, abs=5)
+    assert done.info["worker"] and done.info["finished_at"] >= done.info["started_at"]
+    assert inspector.queue_stats("default").processed_today == 1
+
+
+def test_a_task_without_retention_is_deleted_when_done(run_worker, inspector, redis_client):
+    message = tasks.record.enqueue("plain")
+    with run_worker():
+        wait_for(lambda: reports(redis_client, "plain"))
+        wait_state(inspector, message.id, None)
+    stats = inspector.queue_stats("default")
+    assert stats.size == 0 and stats.processed_today == 1
+
+
+def test_a_failing_task_is_retried_until_it_succeeds(run_worker, inspector, redis_client):
+    message = tasks.flaky.using(retention=60).enqueue("flaky", 2)
+    with run_worker():
+        done = wait_state(inspector, message.id, TaskState.COMPLETED)
+    assert done.result == 3
+    assert done.retried == 2
+    stats = inspector.queue_stats("default")
+    assert (stats.processed_today, stats.failed_today) == (3, 2)
+
+
+def test_a_task_out_of_retries_is_archived_with_its_error(run_worker, inspector, redis_client):
+    message = tasks.always_fails.enqueue("fails")
+    with run_worker():
+        archived = wait_state(inspector, message.id, TaskState.ARCHIVED)
+    assert len(reports(redis_client, "fails")) == 3  # the first attempt and max_retries=2 retries
+    assert archived.retried == 2
+    assert archived.info["error_type"] == "builtins.ValueError"
+    assert archived.last_error == "this task always fails"
+    assert 'raise ValueError("this task always fails")' in archived.info["traceback"]
+
+
+def test_retry_waits_for_the_backoff(run_worker, inspector, settings):
+    settings.RTQ = {**settings.RTQ, "RETRY_BACKOFF": 3600}
+    message = tasks.always_fails.enqueue("later")
+    with run_worker():
+        retrying = wait_state(inspector, message.id, TaskState.RETRY)
+    assert retrying.score_at == pytest.approx(time.time() + 3600, abs=10)
+    assert retrying.retried == 1
+
+
+def test_a_non_retryable_error_archives_at_once(run_worker, inspector, redis_client):
+    message = tasks.refuses.enqueue("refuses")
+    with run_worker():
+        archived = wait_state(inspector, message.id, TaskState.ARCHIVED)
+    assert reports(redis_client, "refuses") == ["attempt"]
+    assert archived.info["error_type"] == "django_rtq.exceptions.NonRetryableError"
+
+
+def test_unknown_task_types_and_corrupt_payloads_are_archived_and_the_worker_goes_on(
+    run_worker, inspector, broker, redis_client
+):
+    unknown = TaskMessage(id="unknown-type", task="no.such.task", queue="default", max_retries=5)
+    broker.enqueue([unknown])
+    corrupt = tasks.record.using(task_id="corrupt").enqueue("never")
+    redis_client.hset(broker.queue("default").msg, corrupt.id, "{not json")
+    with run_worker():
+        first = wait_state(inspector, "unknown-type", TaskState.ARCHIVED)
+        second = wait_state(inspector, "corrupt", TaskState.ARCHIVED)
+        tasks.record.enqueue("after")
+        wait_for(lambda: reports(redis_client, "after"))
+    assert "unknown task type 'no.such.task'" in first.last_error
+    assert "corrupt" in second.last_error
+    assert reports(redis_client, "never") == []
+
+
+def test_a_task_past_its_timeout_fails_and_frees_its_slot(run_worker, inspector, redis_client):
+    spinning = tasks.spin.enqueue("spin")
+    stuck = tasks.stuck_in_c.enqueue("stuck")
+    follower = tasks.record.enqueue("follower")
+    with run_worker(concurrency=1):
+        assert wait_state(inspector, spinning.id, TaskState.ARCHIVED).info["error_type"].endswith("TaskTimeout")
+        assert wait_state(inspector, stuck.id, TaskState.ARCHIVED).info["error_type"].endswith("TaskTimeout")
+        # The one thread was stuck in sleep() for 3 s, yet the next task runs well before.
+        wait_for(lambda: reports(redis_client, "follower"), timeout=1.5)
+        assert reports(redis_client, "stuck") == []
+    assert follower.id
+
+
+def test_a_deadline_in_the_past_archives_without_running(run_worker, inspector, redis_client):
+    message = tasks.record.using(deadline=time.time() - 1, max_retries=3).enqueue("late")
+    with run_worker():
+        archived = wait_state(inspector, message.id, TaskState.ARCHIVED)
+    assert archived.info["error_type"] == "django_rtq.exceptions.DeadlineExceeded"
+    assert reports(redis_client, "late") == []
+
+
+def test_a_deadline_stops_a_running_task(run_worker, inspector):
+    message = tasks.block.using(deadline=timedelta(seconds=0.3), max_retries=3).enqueue("deadline")
+    with run_worker():
+        archived = wait_state(inspector, message.id, TaskState.ARCHIVED)
+    assert archived.info["error_type"] == "django_rtq.exceptions.DeadlineExceeded"
+
+
+def test_async_tasks_run_and_time_out(run_worker, inspector):
+    added = tasks.async_add.using(retention=60).enqueue(20, 22)
+    sleeping = tasks.async_sleep.enqueue("async")
+    with run_worker():
+        assert wait_state(inspector, added.id, TaskState.COMPLETED).result == 42
+        timed_out = wait_state(inspector, sleeping.id, TaskState.ARCHIVED)
+    assert timed_out.info["error_type"] == "django_rtq.exceptions.TaskTimeout"
+
+
+def test_a_running_task_can_be_cancelled(run_worker, inspector, redis_client):
+    message = tasks.block.using(max_retries=3).enqueue("cancel-me")
+    with run_worker(concurrency=1) as worker:
+        wait_for(worker.subscriber.subscribed.is_set)
+        wait_for(lambda: reports(redis_client, "cancel-me:started"))
+        assert inspector.cancel(message.id) >= 1
+        archived = wait_state(inspector, message.id, TaskState.ARCHIVED)
+        tasks.record.enqueue("after-cancel")
+        wait_for(lambda: reports(redis_client, "after-cancel"))
+    assert archived.info["error_type"] == "django_rtq.exceptions.TaskCancelled"
+
+
+def test_a_scheduled_task_runs_once_due(run_worker, inspector, redis_client):
+    message = tasks.record.using(delay=0.3).enqueue("scheduled")
+    with run_worker():
+        assert state_of(inspector, message.id) == TaskState.SCHEDULED
+        wait_for(lambda: reports(redis_client, "scheduled"))
+    assert state_of(inspector, message.id) is None
+
+
+def test_higher_priority_runs_first_within_a_queue(run_worker, inspector, redis_client):
+    inspector.pause("default")
+    for value, priority in [("low", -5), ("normal", 0), ("high", 50), ("normal2", 0)]:
+        tasks.record.using(priority=priority).enqueue("order", value)
+    with run_worker(concurrency=1):
+        inspector.resume("default")
+        wait_for(lambda: len(reports(redis_client, "order")) == 4)
+    assert reports(redis_client, "order") == ["high", "normal", "normal2", "low"]
+
+
+def test_strict_priority_serves_heavier_queues_first(run_worker, inspector, redis_client):
+    for queue in ("high", "low"):
+        inspector.pause(queue)
+    for i in range(3):
+        tasks.record_low.enqueue("strict", f"low{i}")
+        tasks.record_high.enqueue("strict", f"high{i}")
+    with run_worker(queues={"high": 5, "low": 1}, strict=True, concurrency=1):
+        for queue in ("high", "low"):
+            inspector.resume(queue)
+        wait_for(lambda: len(reports(redis_client, "strict")) == 6)
+    assert reports(redis_client, "strict") == ["high0", "high1", "high2", "low0", "low1", "low2"]
+
+
+def test_weighted_order_favours_heavier_queues(broker):
+    processor = Processor(broker=broker, worker_id="w", queues={"a": 6, "b": 3, "c": 1}, concurrency=1,
+                          lease_seconds=30, syncer=None)
+    firsts = [processor.queue_order()[0] for _ in range(5000)]
+    shares = {queue: firsts.count(queue) / len(firsts) for queue in "abc"}
+    assert shares["a"] == pytest.approx(0.6, abs=0.05)
+    assert shares["b"] == pytest.approx(0.3, abs=0.05)
+    assert shares["c"] == pytest.approx(0.1, abs=0.05)
+    assert sorted(processor.queue_order()) == ["a", "b", "c"]
+
+
+def test_a_paused_queue_is_not_served_until_resumed(run_worker, inspector, redis_client):
+    inspector.pause("default")
+    message = tasks.record.enqueue("paused")
+    with run_worker() as worker:
+        wait_for(lambda: worker.broker.workers())  # the worker is up and has looked at the queue
+        time.sleep(0.2)  # not synchronisation: the time during which nothing must happen
+        assert state_of(inspector, message.id) == TaskState.PENDING
+        inspector.resume("default")
+        wait_for(lambda: reports(redis_client, "paused"))
+
+
+def test_a_unique_task_can_be_enqueued_again_once_done(run_worker, inspector, redis_client):
+    tasks.record.using(unique=60).enqueue("unique")
+    with pytest.raises(DuplicateTask):
+        tasks.record.using(unique=60).enqueue("unique")
+    with run_worker():
+        wait_for(lambda: reports(redis_client, "unique"))
+        wait_for(lambda: inspector.queue_stats("default").size == 0)
+    tasks.record.using(unique=60).enqueue("unique")
+
+
+def test_burst_mode_returns_once_the_queues_are_drained(broker, inspector, redis_client):
+    for i in range(20):
+        tasks.record.enqueue("burst", i)
+    later = tasks.record.using(delay=3600).enqueue("burst", "later")
+    tasks.record.using(process_at=time.time() - 1).enqueue("burst", "due")
+    Worker(broker=broker, queues={"default": 1}, burst=True).run()
+    assert len(reports(redis_client, "burst")) == 21
+    stats = inspector.queue_stats("default")
+    assert (stats.pending, stats.active, stats.scheduled) == (0, 0, 1)
+    assert state_of(inspector, later.id) == TaskState.SCHEDULED
+
+
+def test_shutdown_returns_unfinished_tasks_to_pending(broker, inspector, redis_client):
+    message = tasks.block.enqueue("shutdown")
+    worker = Worker(broker=broker, queues={"default": 1}, shutdown_timeout=0.2)
+    worker.start()
+    wait_for(lambda: reports(redis_client, "shutdown:started"))
+    worker.stop()
+    back = inspector.get_task(message.id)
+    assert back.state == TaskState.PENDING
+    assert back.retried == 0 and back.owner is None
+    assert inspector.queue_stats("default").failed_today == 0
+
+
+def test_shutdown_lets_a_task_finish_within_the_timeout(broker, inspector, redis_client):
+    message = tasks.block.using(retention=60).enqueue("finishes")
+    worker = Worker(broker=broker, queues={"default": 1}, shutdown_timeout=5)
+    worker.start()
+    wait_for(lambda: reports(redis_client, "finishes:started"))
+    redis_client.set(tasks.report_key("release:finishes"), "1")
+    worker.stop()
+    assert inspector.get_task(message.id).state == TaskState.COMPLETED
+
+
+def test_the_heartbeater_registers_the_worker_and_extends_leases(run_worker, inspector, broker, redis_client):
+    message = tasks.block.enqueue("lease")
+    with run_worker(concurrency=3) as worker:
+        wait_for(lambda: reports(redis_client, "lease:started"))
+        first = inspector.get_task(message.id).score_at
+        wait_for(lambda: inspector.get_task(message.id).score_at > first, message="lease extension")
+        info = wait_for(lambda: [w for w in inspector.workers() if w["active"]])[0]
+        assert info["id"] == worker.id and info["concurrency"] == 3 and info["queues"] == {"default": 1}
+        assert [active["id"] for active in info["active"]] == [message.id]
+        redis_client.set(tasks.report_key("release:lease"), "1")
+    assert inspector.workers() == []
+
+
+class FlakyBroker:
+    """Wraps the broker so that settling fails `failures` times as if Redis were down."""
+
+    def __init__(self, broker, failures):
+        self._broker = broker
+        self.failures = failures
+
+    def complete(self, *args, **kwargs):
+        if self.failures > 0:
+            self.failures -= 1
+            raise BrokerUnavailable("simulated outage")
+        return self._broker.complete(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._broker, name)
+
+
+def test_the_syncer_retries_a_completion_redis_did_not_take(broker, inspector):
+    flaky = FlakyBroker(broker, failures=3)
+    message = tasks.add.enqueue(1, 1)
+    worker = Worker(broker=flaky, queues={"default": 1})
+    worker.start()
+    try:
+        done = wait_state(inspector, message.id, TaskState.COMPLETED)
+    finally:
+        worker.stop()
+    assert flaky.failures == 0 and done.result == 2
+    assert inspector.queue_stats("default").processed_today == 1
+
+
+def test_the_recoverer_retries_a_task_whose_worker_stopped_renewing(broker, inspector):
+    message = tasks.add.enqueue(1, 1)
+    broker.claim("default", worker_id="dead-worker", lease_expiry_ms=broker.now_ms() - 1000, limit=10)
+    worker = Worker(broker=broker, queues={"default": 1})
+    worker.recoverer.run_once()
+    retrying = inspector.get_task(message.id)
+    assert retrying.state == TaskState.RETRY and retrying.retried == 1
+    assert retrying.info["error_type"] == "django_rtq.exceptions.LeaseExpired"
+    assert "dead-worker" in retrying.last_error
+
+
+@pytest.mark.django_db(transaction=True)
+def test_django_connections_are_closed_around_each_task(run_worker, inspector, settings, tmp_path):
+    settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
+    message = tasks.use_database.using(retention=60).enqueue()
+    with run_worker(concurrency=1):
+        done = wait_state(inspector, message.id, TaskState.COMPLETED)
+    assert done.result == 1
+    wrapper = tasks.seen_connections[-1]
+    wait_for(lambda: wrapper.connection is None, message="the task's connection to be closed")
+
+
+def test_a_return_value_that_is_not_json_is_archived(run_worker, inspector):
+    message = tasks.returns_set.enqueue()
+    with run_worker():
+        archived = wait_state(inspector, message.id, TaskState.ARCHIVED)
+    assert "not JSON-serializable" in archived.last_error
+    assert json.loads(archived.raw_message)["task"] == "tests.testapp.tasks.returns_set"

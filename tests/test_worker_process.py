@@ -1,0 +1,113 @@
+"""`manage.py rtq_worker` as real processes: SIGKILL, SIGTERM, --burst and --processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from django_rtq import get_inspector
+from django_rtq.broker import TaskState
+from tests.conftest import wait_for
+from tests.testapp import tasks
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def start_worker(broker, prefix):
+    processes = []
+
+    def start(*args: str, lease: float = 30, **env: str) -> subprocess.Popen:
+        environment = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+            "RTQ_TEST_PREFIX": prefix,
+            "RTQ_TEST_LEASE": str(lease),
+            **env,
+        }
+        process = subprocess.Popen(
+            [sys.executable, "-m", "django", "rtq_worker", "--loglevel", "WARNING", *args],
+            env=environment, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        processes.append(process)
+        return process
+
+    yield start
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture
+def inspector(broker):
+    return get_inspector()
+
+
+def reported(redis_client, name):
+    return redis_client.lrange(tasks.report_key(name), 0, -1)
+
+
+def test_a_task_of_a_sigkilled_worker_is_recovered_and_completed(start_worker, inspector, redis_client):
+    message = tasks.block.using(max_retries=2, retention=60).enqueue("killed")
+    first = start_worker(lease=1)
+    wait_for(lambda: reported(redis_client, "killed:started"), timeout=20)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    assert inspector.get_task(message.id).state == TaskState.ACTIVE  # nobody settled it
+
+    redis_client.set(tasks.report_key("release:killed"), "1")
+    start_worker(lease=1)
+    done = wait_for(
+        lambda: (task := inspector.get_task(message.id)).state == TaskState.COMPLETED and task, timeout=20
+    )
+    assert done.retried == 1  # the lost attempt counted as a failure: its lease expired
+    assert done.result == "released"
+    assert reported(redis_client, "killed") == ["done"]
+
+
+def test_sigterm_returns_the_running_task_to_pending(start_worker, inspector, redis_client):
+    message = tasks.block.enqueue("terminated")
+    worker = start_worker("--shutdown-timeout", "0.3")
+    wait_for(lambda: reported(redis_client, "terminated:started"), timeout=20)
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=20) == 0
+    back = inspector.get_task(message.id)
+    assert back.state == TaskState.PENDING and back.retried == 0 and back.owner is None
+    assert inspector.workers() == []
+
+
+def test_burst_drains_the_queues_and_exits_zero(start_worker, inspector, redis_client):
+    for i in range(30):
+        tasks.record.enqueue("burst", i)
+    worker = start_worker("--burst", "--concurrency", "4")
+    assert worker.wait(timeout=30) == 0, worker.stdout.read()
+    assert sorted(map(int, reported(redis_client, "burst"))) == list(range(30))
+    assert inspector.queue_stats("default").size == 0
+
+
+def test_processes_are_supervised_and_restarted(start_worker, inspector, redis_client):
+    supervisor = start_worker("--processes", "2", "--concurrency", "2")
+    workers = wait_for(lambda: len(inspector.workers()) == 2 and inspector.workers(), timeout=20)
+    victim = workers[0]["pid"]
+    os.kill(victim, signal.SIGKILL)
+    wait_for(lambda: (pids := {w["pid"] for w in inspector.workers()}) and len(pids) == 2 and victim not in pids,
+             timeout=20, message="a replacement worker process")
+    for i in range(10):
+        tasks.record.enqueue("supervised", i)
+    wait_for(lambda: len(reported(redis_client, "supervised")) == 10, timeout=20)
+    supervisor.send_signal(signal.SIGTERM)
+    assert supervisor.wait(timeout=30) == 0
+    wait_for(lambda: inspector.workers() == [], timeout=10)
+
+
+def test_bad_queue_option_is_a_command_error(start_worker):
+    worker = start_worker("--queues", "a:0")
+    assert worker.wait(timeout=20) != 0
+    assert "weight of at least 1" in worker.stdout.read()
