@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_KEY_PREFIX = "rtq"
@@ -66,8 +69,9 @@ class RTQSettings:
     HEALTH_CHECK: Any = None
 
 
+@functools.cache
 def get_settings() -> RTQSettings:
-    """Return the effective settings, validating `settings.RTQ`."""
+    """Return the effective settings, validating `settings.RTQ` (read once; see clear below)."""
     user = getattr(django_settings, "RTQ", {}) or {}
     if not isinstance(user, dict):
         raise ImproperlyConfigured("settings.RTQ must be a dict.")
@@ -83,6 +87,12 @@ def get_settings() -> RTQSettings:
     if queues is not None:
         values["QUEUES"] = parse_queues(queues)
     return RTQSettings(**values)
+
+
+@receiver(setting_changed)
+def _clear_settings_cache(setting: str, **kwargs: Any) -> None:
+    if setting == "RTQ":
+        get_settings.cache_clear()
 
 
 def parse_queues(queues: Any) -> dict[str, int]:
@@ -103,7 +113,9 @@ def parse_queues(queues: Any) -> dict[str, int]:
         try:
             weight = int(weight)
         except (TypeError, ValueError):
-            raise ImproperlyConfigured(f"Queue {name!r} has a weight that is not an integer: {weight!r}.") from None
+            raise ImproperlyConfigured(
+                f"Queue {name!r} has a weight that is not an integer: {weight!r}."
+            ) from None
         if weight < 1:
             raise ImproperlyConfigured(f"Queue {name!r} needs a weight of at least 1, not {weight}.")
         parsed[name] = weight

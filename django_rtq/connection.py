@@ -30,7 +30,9 @@ def get_broker() -> Broker:
             if _broker is None:
                 conf = get_settings()
                 _broker = Broker(
-                    redis_client(conf.REDIS_URL), prefix=conf.KEY_PREFIX, counter_ttl=int(conf.STATS_TTL)
+                    redis_client(conf.REDIS_URL),
+                    prefix=conf.KEY_PREFIX,
+                    counter_ttl=int(conf.STATS_TTL),
                 )
     return _broker
 

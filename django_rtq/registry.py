@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -22,7 +23,17 @@ from .retry import Backoff, resolve_backoff
 
 #: Options a task type takes in `@task(...)`; all but `retry_backoff` can be overridden per call.
 TYPE_OPTIONS = frozenset(
-    {"queue", "priority", "max_retries", "retry_backoff", "timeout", "deadline", "unique", "unique_key", "retention"}
+    {
+        "queue",
+        "priority",
+        "max_retries",
+        "retry_backoff",
+        "timeout",
+        "deadline",
+        "unique",
+        "unique_key",
+        "retention",
+    }
 )
 #: Options that only make sense for one call, through `.using(...)`.
 CALL_OPTIONS = frozenset({"delay", "process_at", "task_id"})
@@ -130,13 +141,19 @@ def build_message(task_type: TaskType, args: Sequence[Any], kwargs: dict[str, An
     """Resolve a call's options against the defaults and validate everything into a message."""
     conf = get_settings()
     opts = task_type.options
-    now = datetime.now().timestamp()
+    now = time.time()
     queue = opts.get("queue") or conf.DEFAULT_QUEUE
     _check_queue(queue, task_type.name)
 
     priority = opts.get("priority", 0)
-    if not isinstance(priority, int) or isinstance(priority, bool) or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
-        raise InvalidTask(f"priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}, not {priority!r}.")
+    if (
+        not isinstance(priority, int)
+        or isinstance(priority, bool)
+        or not MIN_PRIORITY <= priority <= MAX_PRIORITY
+    ):
+        raise InvalidTask(
+            f"priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}, not {priority!r}."
+        )
     max_retries = opts.get("max_retries", conf.MAX_RETRIES)
     if not isinstance(max_retries, int) or isinstance(max_retries, bool) or max_retries < 0:
         raise InvalidTask(f"max_retries must be a non-negative integer, not {max_retries!r}.")
@@ -146,26 +163,24 @@ def build_message(task_type: TaskType, args: Sequence[Any], kwargs: dict[str, An
     process_at = _process_at(opts, now)
 
     args, kwargs = list(args), dict(kwargs)
-    args_json = _json(args, "args", task_type.name)
-    kwargs_json = _json(kwargs, "kwargs", task_type.name)
+    arguments_json = _arguments_json(args, kwargs, task_type.name)
 
     unique = opts.get("unique", False)
     unique_key = opts.get("unique_key")
     unique_ttl = None
     if unique or unique_key:
-        if unique is True or not unique:
-            unique_ttl = conf.UNIQUE_TTL
-        else:
-            unique_ttl = _seconds(unique, "unique")
+        unique_ttl = conf.UNIQUE_TTL if unique is True or not unique else _seconds(unique, "unique")
         if unique_key is None:
-            digest = hashlib.sha1(f"{args_json}|{kwargs_json}".encode()).hexdigest()
+            digest = hashlib.sha1(arguments_json.encode()).hexdigest()
             unique_key = f"{task_type.name}:{digest}"
         elif not isinstance(unique_key, str) or not unique_key:
             raise InvalidTask(f"unique_key must be a non-empty string, not {unique_key!r}.")
 
-    task_id = opts.get("task_id") or str(uuid.uuid4())
-    if not isinstance(task_id, str) or any(ch.isspace() for ch in task_id):
-        raise InvalidTask(f"task_id must be a string without spaces, not {task_id!r}.")
+    task_id = opts.get("task_id")
+    if task_id is None:
+        task_id = str(uuid.uuid4())
+    elif not isinstance(task_id, str) or not task_id or any(ch.isspace() for ch in task_id):
+        raise InvalidTask(f"task_id must be a non-empty string without spaces, not {task_id!r}.")
 
     return TaskMessage(
         id=task_id,
@@ -192,11 +207,21 @@ def _check_queue(queue: Any, task_name: str) -> None:
         raise InvalidTask(f"Task {task_name!r}: {exc}") from None
 
 
-def _json(value: Any, what: str, task_name: str) -> str:
+def _arguments_json(args: list[Any], kwargs: dict[str, Any], task_name: str) -> str:
+    """Encode the arguments canonically (the unique key hashes this), or say which one is not JSON."""
     try:
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidTask(f"The {what} of task {task_name!r} must be JSON-serializable: {exc}.") from None
+        return json.dumps([args, kwargs], sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError):
+        pass
+    for what, value in [
+        *((f"argument {i}", arg) for i, arg in enumerate(args)),
+        *((f"argument {name!r}", arg) for name, arg in kwargs.items()),
+    ]:
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise InvalidTask(f"The {what} of task {task_name!r} must be JSON-serializable: {exc}.") from None
+    raise InvalidTask(f"The arguments of task {task_name!r} must be JSON-serializable.")
 
 
 def _seconds(value: Any, what: str, *, allow_none: bool = False) -> float | None:

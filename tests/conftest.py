@@ -60,7 +60,12 @@ def broker(prefix: str, redis_url: str) -> Broker:
     return get_broker()
 
 
-def wait_for(condition: Callable[[], object], timeout: float = 10.0, interval: float = 0.01, message: str = ""):
+def wait_for(
+    condition: Callable[[], object],
+    timeout: float = 10.0,
+    interval: float = 0.01,
+    message: str = "",
+):
     """Poll `condition` until it returns something truthy; fail after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while True:

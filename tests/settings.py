@@ -44,5 +44,10 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"django_rtq": {"handlers": ["console"], "level": os.environ.get("RTQ_TEST_LOGLEVEL", "WARNING")}},
+    "loggers": {
+        "django_rtq": {
+            "handlers": ["console"],
+            "level": os.environ.get("RTQ_TEST_LOGLEVEL", "WARNING"),
+        }
+    },
 }

@@ -32,9 +32,16 @@ def test_enqueue_writes_a_pending_task_with_resolved_defaults(broker):
 
 
 def test_using_overrides_options_per_call(broker):
-    message = tasks.add.using(queue="other", priority=7, max_retries=1, timeout=2, task_id="my-id").enqueue(1, 1)
+    message = tasks.add.using(queue="other", priority=7, max_retries=1, timeout=2, task_id="my-id").enqueue(
+        1, 1
+    )
     assert (message.queue, message.priority, message.max_retries, message.timeout, message.id) == (
-        "other", 7, 1, 2.0, "my-id")
+        "other",
+        7,
+        1,
+        2.0,
+        "my-id",
+    )
     assert get_inspector().get_task("my-id").queue == "other"
 
 

@@ -57,7 +57,11 @@ def state_of(inspector, task_id):
 
 
 def wait_state(inspector, task_id, state, timeout=10.0):
-    wait_for(lambda: state_of(inspector, task_id) == state, timeout, message=f"task {task_id} to be {state}")
+    wait_for(
+        lambda: state_of(inspector, task_id) == state,
+        timeout,
+        message=f"task {task_id} to be {state}",
+    )
     return inspector.get_task(task_id) if state else None
 
 
@@ -140,7 +144,9 @@ def test_a_task_past_its_timeout_fails_and_frees_its_slot(run_worker, inspector,
     stuck = tasks.stuck_in_c.enqueue("stuck")
     follower = tasks.record.enqueue("follower")
     with run_worker(concurrency=1):
-        assert wait_state(inspector, spinning.id, TaskState.ARCHIVED).info["error_type"].endswith("TaskTimeout")
+        assert (
+            wait_state(inspector, spinning.id, TaskState.ARCHIVED).info["error_type"].endswith("TaskTimeout")
+        )
         assert wait_state(inspector, stuck.id, TaskState.ARCHIVED).info["error_type"].endswith("TaskTimeout")
         # The one thread was stuck in sleep() for 3 s, yet the next task runs well before.
         wait_for(lambda: reports(redis_client, "follower"), timeout=1.5)
@@ -216,8 +222,14 @@ def test_strict_priority_serves_heavier_queues_first(run_worker, inspector, redi
 
 
 def test_weighted_order_favours_heavier_queues(broker):
-    processor = Processor(broker=broker, worker_id="w", queues={"a": 6, "b": 3, "c": 1}, concurrency=1,
-                          lease_seconds=30, syncer=None)
+    processor = Processor(
+        broker=broker,
+        worker_id="w",
+        queues={"a": 6, "b": 3, "c": 1},
+        concurrency=1,
+        lease_seconds=30,
+        syncer=None,
+    )
     firsts = [processor.queue_order()[0] for _ in range(5000)]
     shares = {queue: firsts.count(queue) / len(firsts) for queue in "abc"}
     assert shares["a"] == pytest.approx(0.6, abs=0.05)

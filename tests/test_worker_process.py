@@ -33,7 +33,11 @@ def start_worker(broker, prefix):
         }
         process = subprocess.Popen(
             [sys.executable, "-m", "django", "rtq_worker", "--loglevel", "WARNING", *args],
-            env=environment, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=environment,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         processes.append(process)
         return process
@@ -65,7 +69,8 @@ def test_a_task_of_a_sigkilled_worker_is_recovered_and_completed(start_worker, i
     redis_client.set(tasks.report_key("release:killed"), "1")
     start_worker(lease=1)
     done = wait_for(
-        lambda: (task := inspector.get_task(message.id)).state == TaskState.COMPLETED and task, timeout=20
+        lambda: (task := inspector.get_task(message.id)).state == TaskState.COMPLETED and task,
+        timeout=20,
     )
     assert done.retried == 1  # the lost attempt counted as a failure: its lease expired
     assert done.result == "released"
@@ -97,8 +102,11 @@ def test_processes_are_supervised_and_restarted(start_worker, inspector, redis_c
     workers = wait_for(lambda: len(inspector.workers()) == 2 and inspector.workers(), timeout=20)
     victim = workers[0]["pid"]
     os.kill(victim, signal.SIGKILL)
-    wait_for(lambda: (pids := {w["pid"] for w in inspector.workers()}) and len(pids) == 2 and victim not in pids,
-             timeout=20, message="a replacement worker process")
+    wait_for(
+        lambda: (pids := {w["pid"] for w in inspector.workers()}) and len(pids) == 2 and victim not in pids,
+        timeout=20,
+        message="a replacement worker process",
+    )
     for i in range(10):
         tasks.record.enqueue("supervised", i)
     wait_for(lambda: len(reported(redis_client, "supervised")) == 10, timeout=20)
@@ -111,3 +119,21 @@ def test_bad_queue_option_is_a_command_error(start_worker):
     worker = start_worker("--queues", "a:0")
     assert worker.wait(timeout=20) != 0
     assert "weight of at least 1" in worker.stdout.read()
+
+
+def test_worker_processes_stop_when_their_supervisor_is_killed(start_worker, inspector):
+    supervisor = start_worker("--processes", "2")
+    pids = {
+        w["pid"] for w in wait_for(lambda: len(inspector.workers()) == 2 and inspector.workers(), timeout=20)
+    }
+    supervisor.send_signal(signal.SIGKILL)
+    supervisor.wait()
+
+    def gone(pid):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    wait_for(lambda: all(gone(pid) for pid in pids), timeout=20, message="orphaned workers to stop")

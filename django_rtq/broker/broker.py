@@ -104,6 +104,8 @@ class Broker:
         """Run several scripts in one round trip (not atomically across calls)."""
         if not calls:
             return []
+        if len(calls) == 1:
+            return [self.run_script(*calls[0])]
         with translate_errors():
             pipe = self.client.pipeline(transaction=False)
             for name, keys, args in calls:
@@ -147,8 +149,14 @@ class Broker:
                         unique_index = len(keys)
                     process_at_ms = int(message.process_at * 1000) if message.process_at else 0
                     unique_ttl_ms = int((message.unique_ttl or 0) * 1000) or 1
-                    args += [message.id, message.to_json(), message.priority, process_at_ms,
-                             unique_index, unique_ttl_ms]
+                    args += [
+                        message.id,
+                        message.to_json(),
+                        message.priority,
+                        process_at_ms,
+                        unique_index,
+                        unique_ttl_ms,
+                    ]
                 calls.append(("enqueue", keys, args))
                 chunks.append(chunk)
         results = self._run_pipelined(calls)
@@ -156,7 +164,9 @@ class Broker:
         for chunk, (code, *rest) in zip(chunks, results, strict=True):
             if code == 1:
                 message = chunk[rest[0] - 1]
-                raise TaskIdConflict(f"A task with id {message.id!r} already exists in queue {message.queue!r}.")
+                raise TaskIdConflict(
+                    f"A task with id {message.id!r} already exists in queue {message.queue!r}."
+                )
             if code == 2:
                 message = chunk[rest[0] - 1]
                 raise DuplicateTask(
@@ -186,8 +196,12 @@ class Broker:
             [lease_expiry_ms, worker_id, limit],
         )
         return [
-            ClaimedTask(id=reply[i], queue=queue, raw_message=reply[i + 1] or None,
-                        info=json.loads(reply[i + 2]) if reply[i + 2] else {})
+            ClaimedTask(
+                id=reply[i],
+                queue=queue,
+                raw_message=reply[i + 1] or None,
+                info=json.loads(reply[i + 2]) if reply[i + 2] else {},
+            )
             for i in range(0, len(reply), 3)
         ]
 
@@ -195,8 +209,17 @@ class Broker:
         """Settle successful attempts; return how many this worker still held."""
         now_ms = self.now_ms()
         qk = self.queue(queue)
-        keys = [qk.active, qk.owner, qk.state, qk.msg, qk.info, qk.result, qk.priority, qk.completed,
-                qk.processed(utc_day(now_ms / 1000))]
+        keys = [
+            qk.active,
+            qk.owner,
+            qk.state,
+            qk.msg,
+            qk.info,
+            qk.result,
+            qk.priority,
+            qk.completed,
+            qk.processed(utc_day(now_ms / 1000)),
+        ]
         args: list[Any] = [now_ms, worker_id, self.counter_ttl]
         for done in completions:
             unique_index = 0
@@ -228,7 +251,16 @@ class Broker:
         now_ms = self.now_ms()
         qk = self.queue(queue)
         day = utc_day(now_ms / 1000)
-        keys = [qk.active, qk.owner, qk.state, qk.info, qk.retry, qk.archived, qk.processed(day), qk.failed(day)]
+        keys = [
+            qk.active,
+            qk.owner,
+            qk.state,
+            qk.info,
+            qk.retry,
+            qk.archived,
+            qk.processed(day),
+            qk.failed(day),
+        ]
         if unique_key:
             keys.append(qk.unique(unique_key))
         score = retry_at_ms if to == TaskState.RETRY else now_ms
@@ -246,7 +278,9 @@ class Broker:
             [worker_id, qk.wake_channel, *task_ids],
         )
 
-    def extend_leases(self, queue: str, task_ids: Sequence[str], *, worker_id: str, lease_expiry_ms: int) -> int:
+    def extend_leases(
+        self, queue: str, task_ids: Sequence[str], *, worker_id: str, lease_expiry_ms: int
+    ) -> int:
         if not task_ids:
             return 0
         qk = self.queue(queue)
@@ -270,7 +304,9 @@ class Broker:
                     break
         return moved
 
-    def expired_leases(self, queue: str, *, cutoff_ms: int, limit: int = BATCH_LIMIT) -> list[tuple[ClaimedTask, str | None]]:
+    def expired_leases(
+        self, queue: str, *, cutoff_ms: int, limit: int = BATCH_LIMIT
+    ) -> list[tuple[ClaimedTask, str | None]]:
         """Return active tasks whose lease expired before `cutoff_ms`, with their owners."""
         qk = self.queue(queue)
         with translate_errors():
@@ -283,11 +319,21 @@ class Broker:
             pipe.hmget(qk.owner, ids)
             messages, infos, owners = pipe.execute()
         return [
-            (ClaimedTask(id=task_id, queue=queue, raw_message=raw, info=json.loads(info) if info else {}), owner)
+            (
+                ClaimedTask(id=task_id, queue=queue, raw_message=raw, info=json.loads(info) if info else {}),
+                owner,
+            )
             for task_id, raw, info, owner in zip(ids, messages, infos, owners, strict=True)
         ]
 
-    def trim(self, queue: str, *, archive_max_age_ms: int, archive_max_size: int, limit: int = BATCH_LIMIT) -> int:
+    def trim(
+        self,
+        queue: str,
+        *,
+        archive_max_age_ms: int,
+        archive_max_size: int,
+        limit: int = BATCH_LIMIT,
+    ) -> int:
         """Delete completed tasks past retention and archived ones past the archive's bounds."""
         qk = self.queue(queue)
         deleted = 0

@@ -82,14 +82,31 @@ class Inspector:
         day = utc_day(self.broker.clock())
         with translate_errors():
             pipe = self.client.pipeline(transaction=False)
-            for state in (TaskState.PENDING, TaskState.ACTIVE, TaskState.SCHEDULED, TaskState.RETRY,
-                          TaskState.ARCHIVED, TaskState.COMPLETED):
+            for state in (
+                TaskState.PENDING,
+                TaskState.ACTIVE,
+                TaskState.SCHEDULED,
+                TaskState.RETRY,
+                TaskState.ARCHIVED,
+                TaskState.COMPLETED,
+            ):
                 pipe.zcard(qk.state_set(state))
             pipe.get(qk.processed(day))
             pipe.get(qk.failed(day))
             pipe.exists(qk.paused)
             pipe.zrange(qk.pending, 0, 0)
-            pending, active, scheduled, retry, archived, completed, processed, failed, paused, head = pipe.execute()
+            (
+                pending,
+                active,
+                scheduled,
+                retry,
+                archived,
+                completed,
+                processed,
+                failed,
+                paused,
+                head,
+            ) = pipe.execute()
             oldest_age = None
             if head:
                 raw = self.client.hget(qk.msg, head[0])
@@ -98,9 +115,17 @@ class Inspector:
                 except (TypeError, ValueError):
                     oldest_age = None
         return QueueStats(
-            queue=queue, pending=pending, active=active, scheduled=scheduled, retry=retry, archived=archived,
-            completed=completed, processed_today=int(processed or 0), failed_today=int(failed or 0),
-            paused=bool(paused), oldest_pending_age=oldest_age,
+            queue=queue,
+            pending=pending,
+            active=active,
+            scheduled=scheduled,
+            retry=retry,
+            archived=archived,
+            completed=completed,
+            processed_today=int(processed or 0),
+            failed_today=int(failed or 0),
+            paused=bool(paused),
+            oldest_pending_age=oldest_age,
         )
 
     def all_stats(self) -> list[QueueStats]:
@@ -134,14 +159,20 @@ class Inspector:
         with translate_errors():
             return self.client.zcard(self.broker.queue(queue).state_set(TaskState(state)))
 
-    def list_tasks(self, queue: str, state: TaskState | str, *, offset: int = 0, limit: int = 20) -> list[TaskInfo]:
+    def list_tasks(
+        self, queue: str, state: TaskState | str, *, offset: int = 0, limit: int = 20
+    ) -> list[TaskInfo]:
         """Return a page of a queue's tasks in a state: pending in the order they will run,
         scheduled and retry by due time, archived and completed newest first."""
         state = TaskState(state)
         qk = self.broker.queue(queue)
         with translate_errors():
             ids_scores = self.client.zrange(
-                qk.state_set(state), offset, offset + limit - 1, desc=state in NEWEST_FIRST, withscores=True
+                qk.state_set(state),
+                offset,
+                offset + limit - 1,
+                desc=state in NEWEST_FIRST,
+                withscores=True,
             )
         return self._load(queue, state, ids_scores)
 
@@ -157,7 +188,9 @@ class Inspector:
             return self._load(name, TaskState(state), [(task_id, score)])[0]
         raise TaskNotFound(f"No task with id {task_id!r}" + (f" in queue {queue!r}." if queue else "."))
 
-    def _load(self, queue: str, state: TaskState, ids_scores: list[tuple[str, float | None]]) -> list[TaskInfo]:
+    def _load(
+        self, queue: str, state: TaskState, ids_scores: list[tuple[str, float | None]]
+    ) -> list[TaskInfo]:
         if not ids_scores:
             return []
         qk = self.broker.queue(queue)
@@ -170,17 +203,26 @@ class Inspector:
             pipe.hmget(qk.owner, ids)
             messages, infos, results, owners = pipe.execute()
         tasks = []
-        for (task_id, score), raw, info, result, owner in zip(ids_scores, messages, infos, results, owners, strict=True):
+        for (task_id, score), raw, info, result, owner in zip(
+            ids_scores, messages, infos, results, owners, strict=True
+        ):
             try:
                 message = TaskMessage.from_json(raw) if raw else None
             except ValueError:
                 message = None
-            tasks.append(TaskInfo(
-                id=task_id, queue=queue, state=state, message=message, raw_message=raw,
-                info=json.loads(info) if info else {}, result=json.loads(result) if result else None,
-                score_at=score / 1000 if score is not None and state != TaskState.PENDING else None,
-                owner=owner,
-            ))
+            tasks.append(
+                TaskInfo(
+                    id=task_id,
+                    queue=queue,
+                    state=state,
+                    message=message,
+                    raw_message=raw,
+                    info=json.loads(info) if info else {},
+                    result=json.loads(result) if result else None,
+                    score_at=score / 1000 if score is not None and state != TaskState.PENDING else None,
+                    owner=owner,
+                )
+            )
         return tasks
 
     # Acting on tasks
@@ -188,11 +230,15 @@ class Inspector:
     def run_now(self, queue: str, task_ids: list[str]) -> int:
         """Move scheduled, retry or archived tasks to pending; return how many moved."""
         qk = self.broker.queue(queue)
-        return self.broker.run_script(
-            "run_now",
-            [qk.state, qk.priority, qk.pending, qk.seq, qk.scheduled, qk.retry, qk.archived],
-            [qk.wake_channel, *task_ids],
-        ) if task_ids else 0
+        return (
+            self.broker.run_script(
+                "run_now",
+                [qk.state, qk.priority, qk.pending, qk.seq, qk.scheduled, qk.retry, qk.archived],
+                [qk.wake_channel, *task_ids],
+            )
+            if task_ids
+            else 0
+        )
 
     def archive(self, queue: str, task_ids: list[str]) -> int:
         """Archive pending, scheduled or retry tasks; return how many moved."""
@@ -204,16 +250,36 @@ class Inspector:
     def delete(self, queue: str, task_ids: list[str]) -> int:
         """Delete tasks in any state but active; return how many were deleted."""
         qk = self.broker.queue(queue)
-        keys = [qk.msg, qk.state, qk.info, qk.result, qk.priority, qk.pending, qk.scheduled, qk.retry,
-                qk.archived, qk.completed]
+        keys = [
+            qk.msg,
+            qk.state,
+            qk.info,
+            qk.result,
+            qk.priority,
+            qk.pending,
+            qk.scheduled,
+            qk.retry,
+            qk.archived,
+            qk.completed,
+        ]
         args = self._with_unique_keys(queue, task_ids, keys)
         return self.broker.run_script("delete_tasks", keys, args) if task_ids else 0
 
     def run_all(self, queue: str, state: TaskState | str) -> int:
-        return self._bulk(queue, state, self.run_now, allowed=(TaskState.SCHEDULED, TaskState.RETRY, TaskState.ARCHIVED))
+        return self._bulk(
+            queue,
+            state,
+            self.run_now,
+            allowed=(TaskState.SCHEDULED, TaskState.RETRY, TaskState.ARCHIVED),
+        )
 
     def archive_all(self, queue: str, state: TaskState | str) -> int:
-        return self._bulk(queue, state, self.archive, allowed=(TaskState.PENDING, TaskState.SCHEDULED, TaskState.RETRY))
+        return self._bulk(
+            queue,
+            state,
+            self.archive,
+            allowed=(TaskState.PENDING, TaskState.SCHEDULED, TaskState.RETRY),
+        )
 
     def delete_all(self, queue: str, state: TaskState | str) -> int:
         allowed = tuple(s for s in TaskState if s != TaskState.ACTIVE)
@@ -223,7 +289,9 @@ class Inspector:
         """Ask the worker running the task to stop it (it is archived); return listeners reached."""
         return self.broker.request_cancel(task_id)
 
-    def _bulk(self, queue: str, state: TaskState | str, action: Any, *, allowed: tuple[TaskState, ...]) -> int:
+    def _bulk(
+        self, queue: str, state: TaskState | str, action: Any, *, allowed: tuple[TaskState, ...]
+    ) -> int:
         state = TaskState(state)
         if state not in allowed:
             raise InvalidStateTransition(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 #: Highest and lowest priority; higher runs first (the range of `django.tasks`).
@@ -32,7 +32,11 @@ class TaskMessage:
     parent: str | None = None
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"), allow_nan=False)
+        return json.dumps(
+            {name: getattr(self, name) for name in _FIELD_NAMES},
+            separators=(",", ":"),
+            allow_nan=False,
+        )
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> TaskMessage:
@@ -44,3 +48,6 @@ class TaskMessage:
             return cls(**data)
         except TypeError as exc:
             raise ValueError(f"task message has unexpected fields: {exc}") from None
+
+
+_FIELD_NAMES = tuple(f.name for f in fields(TaskMessage))

@@ -21,7 +21,13 @@ class Heartbeater(Component):
     name = "heartbeater"
 
     def __init__(
-        self, *, broker: Broker, worker_id: str, processor: LeaseHolder, interval: float, lease_seconds: float
+        self,
+        *,
+        broker: Broker,
+        worker_id: str,
+        processor: LeaseHolder,
+        interval: float,
+        lease_seconds: float,
     ) -> None:
         super().__init__(interval=interval)
         self.broker = broker

@@ -32,7 +32,9 @@ class Janitor(Component):
         deleted = 0
         for queue in self.queues:
             count = self.broker.trim(
-                queue, archive_max_age_ms=self.archive_max_age_ms, archive_max_size=self.archive_max_size
+                queue,
+                archive_max_age_ms=self.archive_max_age_ms,
+                archive_max_size=self.archive_max_size,
             )
             if count:
                 self.logger.debug("deleted %d expired task(s) in queue %r", count, queue)

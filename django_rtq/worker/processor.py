@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import enum
 import json
@@ -31,7 +32,7 @@ from ..exceptions import (
 )
 from ..registry import TaskType, get_task_type
 from .outcome import Failure, format_traceback, settle_failure
-from .syncer import SyncRequest, Syncer
+from .syncer import Syncer, SyncRequest
 
 logger = logging.getLogger(__name__)
 
@@ -120,7 +121,11 @@ class Processor:
         self.drained = threading.Event()
 
         self._cond = threading.Condition()
-        self._in_flight = 0  # claimed and not yet finished running: what counts against concurrency
+        # Tasks claimed and not yet finished running. Up to `capacity` may be held: a thread's
+        # worth of tasks beyond `concurrency` waits in memory, so claims come in batches.
+        self.capacity = 2 * concurrency
+        self._in_flight = 0
+        self._queued = 0  # of those, how many wait for a thread
         self._owned: dict[str, Job | ClaimedTask] = {}  # claimed and not yet settled: leases to extend
         self._running: dict[str, Job] = {}
         self._work: queue_module.SimpleQueue[Job | None] = queue_module.SimpleQueue()
@@ -153,8 +158,10 @@ class Processor:
             while self._in_flight and time.monotonic() < deadline:
                 self._cond.wait(min(0.1, max(0.0, deadline - time.monotonic())))
             leftovers = [
-                job for job in self._owned.values()
-                if isinstance(job, Job) and job.state in (JobState.QUEUED, JobState.RUNNING, JobState.CANCELLED)
+                job
+                for job in self._owned.values()
+                if isinstance(job, Job)
+                and job.state in (JobState.QUEUED, JobState.RUNNING, JobState.CANCELLED)
             ]
             for job in leftovers:
                 job.state = JobState.ABANDONED
@@ -171,8 +178,13 @@ class Processor:
                 count = self.broker.requeue(queue, task_ids, worker_id=self.worker_id)
                 logger.info("returned %d unfinished task(s) to pending in queue %r", count, queue)
             except BrokerUnavailable as exc:
-                logger.warning("could not return %d task(s) of queue %r to pending (%s); the recoverer "
-                               "will retry them once their lease expires", len(task_ids), queue, exc)
+                logger.warning(
+                    "could not return %d task(s) of queue %r to pending (%s); the recoverer "
+                    "will retry them once their lease expires",
+                    len(task_ids),
+                    queue,
+                    exc,
+                )
         with self._cond:
             self._owned.clear()
         self._watchdog.join()
@@ -202,7 +214,12 @@ class Processor:
     def describe(self) -> dict[str, Any]:
         with self._cond:
             running = [
-                {"id": job.id, "task": job.message.task, "queue": job.claimed.queue, "started_at": job.started_at}
+                {
+                    "id": job.id,
+                    "task": job.message.task,
+                    "queue": job.claimed.queue,
+                    "started_at": job.started_at,
+                }
                 for job in self._running.values()
             ]
         return {
@@ -232,9 +249,9 @@ class Processor:
     def _fetch_loop(self) -> None:
         while not self._stopping.is_set():
             with self._cond:
-                while self._in_flight >= self.concurrency and not self._stopping.is_set():
+                while not self._should_claim() and not self._stopping.is_set():
                     self._cond.wait(0.5)
-                free = self.concurrency - self._in_flight
+                free = self.capacity - self._in_flight
             if self._stopping.is_set():
                 return
             self._wake.clear()
@@ -251,6 +268,11 @@ class Processor:
                 self._stopping.wait(UNAVAILABLE_BACKOFF)
                 continue
             self._wake.wait(self.idle_wait)
+
+    def _should_claim(self) -> bool:
+        """Claim when half the capacity is free, or at once when a thread would otherwise idle."""
+        free = self.capacity - self._in_flight
+        return free >= self.concurrency or (free > 0 and self._queued == 0)
 
     def queue_order(self) -> list[str]:
         """Strict: by weight, highest first. Weighted: a random order, heavier queues likelier first."""
@@ -269,7 +291,10 @@ class Processor:
         lease_expiry_ms = int((time.time() + self.lease_seconds) * 1000)
         for queue in self.queue_order() if len(self.queues) > 1 else self.queues:
             claimed += self.broker.claim(
-                queue, worker_id=self.worker_id, lease_expiry_ms=lease_expiry_ms, limit=limit - len(claimed)
+                queue,
+                worker_id=self.worker_id,
+                lease_expiry_ms=lease_expiry_ms,
+                limit=limit - len(claimed),
             )
             if len(claimed) >= limit:
                 break
@@ -282,10 +307,16 @@ class Processor:
                 jobs.append(self._job(claimed))
             except Exception as exc:
                 message = exc.message if isinstance(exc, _Unrunnable) else None
-                failures.append(Outcome(job=None, claimed=claimed, failure=Failure(
-                    claimed=claimed, message=message, error=exc.__cause__ or exc)))
+                failures.append(
+                    Outcome(
+                        job=None,
+                        claimed=claimed,
+                        failure=Failure(claimed=claimed, message=message, error=exc.__cause__ or exc),
+                    )
+                )
         with self._cond:
             self._in_flight += len(jobs)
+            self._queued += len(jobs)
             for job in jobs:
                 self._owned[job.id] = job
             for outcome in failures:
@@ -293,8 +324,12 @@ class Processor:
         for job in jobs:
             self._work.put(job)
         for outcome in failures:
-            logger.error("archiving task %r of queue %r: %s", outcome.claimed.id, outcome.claimed.queue,
-                         outcome.failure.error)
+            logger.error(
+                "archiving task %r of queue %r: %s",
+                outcome.claimed.id,
+                outcome.claimed.queue,
+                outcome.failure.error,
+            )
             self._outcomes.put(outcome)
 
     def _job(self, claimed: ClaimedTask) -> Job:
@@ -344,12 +379,22 @@ class Processor:
     def _run(self, job: Job, loop: asyncio.AbstractEventLoop | None) -> bool:
         """Run one job; return False if this thread was abandoned and must end."""
         with self._cond:
+            self._queued -= 1
+            if self._queued == 0:
+                self._cond.notify_all()  # the fetcher may claim more before the threads idle
             if job.state is JobState.ABANDONED:
                 return True
             if job.state is JobState.CANCELLED:
                 self._finish_locked(job)
-                outcome = Outcome(job=job, claimed=job.claimed, failure=Failure(
-                    claimed=job.claimed, message=job.message, error=TaskCancelled("cancelled before it started")))
+                outcome = Outcome(
+                    job=job,
+                    claimed=job.claimed,
+                    failure=Failure(
+                        claimed=job.claimed,
+                        message=job.message,
+                        error=TaskCancelled("cancelled before it started"),
+                    ),
+                )
                 self._outcomes.put(outcome)
                 return True
             job.state = JobState.RUNNING
@@ -372,8 +417,13 @@ class Processor:
             except (TypeError, ValueError) as exc:
                 raise NonRetryableError(f"the task's return value is not JSON-serializable: {exc}") from exc
         except BaseException as exc:
-            outcome.failure = Failure(claimed=job.claimed, message=job.message, error=exc,
-                                      traceback=format_traceback(exc), started_at=job.started_at)
+            outcome.failure = Failure(
+                claimed=job.claimed,
+                message=job.message,
+                error=exc,
+                traceback=format_traceback(exc),
+                started_at=job.started_at,
+            )
         finally:
             close_old_connections()
         outcome.finished_at = time.time()
@@ -390,7 +440,12 @@ class Processor:
         now = time.time()
         limits = []
         if job.message.timeout:
-            limits.append((job.message.timeout, TaskTimeout(f"the task ran longer than {job.message.timeout}s")))
+            limits.append(
+                (
+                    job.message.timeout,
+                    TaskTimeout(f"the task ran longer than {job.message.timeout}s"),
+                )
+            )
         if job.message.deadline is not None:
             limits.append((job.message.deadline - now, DeadlineExceeded("the task's deadline passed")))
         if limits:
@@ -418,7 +473,11 @@ class Processor:
         while not self._stopping.wait(WATCHDOG_INTERVAL):
             now = time.monotonic()
             with self._cond:
-                overdue = [job for job in self._running.values() if job.expires_at is not None and job.expires_at <= now]
+                overdue = [
+                    job
+                    for job in self._running.values()
+                    if job.expires_at is not None and job.expires_at <= now
+                ]
             for job in overdue:
                 self._interrupt(job, job.expiry_error or TaskTimeout("the task ran too long"))
 
@@ -440,9 +499,25 @@ class Processor:
             self._start_executor()
             # Raised while we hold the lock: the thread cannot have ended and its id be reused.
             _raise_in_thread(job.thread, type(error))
-            self._outcomes.put(Outcome(job=job, claimed=job.claimed, failure=Failure(
-                claimed=job.claimed, message=job.message, error=error, started_at=job.started_at)))
-        logger.warning("stopped task %r (%s) of queue %r: %s", job.id, job.message.task, job.claimed.queue, error)
+            self._outcomes.put(
+                Outcome(
+                    job=job,
+                    claimed=job.claimed,
+                    failure=Failure(
+                        claimed=job.claimed,
+                        message=job.message,
+                        error=error,
+                        started_at=job.started_at,
+                    ),
+                )
+            )
+        logger.warning(
+            "stopped task %r (%s) of queue %r: %s",
+            job.id,
+            job.message.task,
+            job.claimed.queue,
+            error,
+        )
         return True
 
     # Settling
@@ -480,7 +555,10 @@ class Processor:
         for outcome in batch:
             if outcome.failure is not None:
                 write = partial(settle_failure, self.broker, outcome.failure, worker_id=self.worker_id)
-                self._write(write, f"failure of task {outcome.claimed.id!r} in queue {outcome.claimed.queue!r}")
+                self._write(
+                    write,
+                    f"failure of task {outcome.claimed.id!r} in queue {outcome.claimed.queue!r}",
+                )
         with self._cond:
             for outcome in batch:
                 self._owned.pop(outcome.claimed.id, None)
@@ -490,10 +568,19 @@ class Processor:
         message = job.message
         info = {}
         if message.retention:
-            info = {**job.claimed.info, "started_at": job.started_at, "finished_at": outcome.finished_at,
-                    "worker": self.worker_id}
-        return Completion(id=job.id, info=info, result_json=outcome.result_json,
-                          retention_ms=int(message.retention * 1000), unique_key=message.unique_key)
+            info = {
+                **job.claimed.info,
+                "started_at": job.started_at,
+                "finished_at": outcome.finished_at,
+                "worker": self.worker_id,
+            }
+        return Completion(
+            id=job.id,
+            info=info,
+            result_json=outcome.result_json,
+            retention_ms=int(message.retention * 1000),
+            unique_key=message.unique_key,
+        )
 
     def _write(self, write: Any, description: str) -> None:
         try:
@@ -518,10 +605,8 @@ class Processor:
                 logger.warning("wake-up subscription lost (%s); idle workers poll until it is back", exc)
                 self._stopping.wait(UNAVAILABLE_BACKOFF)
             finally:
-                try:
+                with contextlib.suppress(Exception):
                     pubsub.close()
-                except Exception:
-                    pass
 
 
 class _Unrunnable(Exception):

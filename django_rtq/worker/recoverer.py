@@ -54,6 +54,10 @@ class Recoverer(Component):
             return False
         self.logger.warning(
             "recovered task %r (%s) in queue %r from worker %r: now %s",
-            claimed.id, message.task if message else "?", claimed.queue, owner, target,
+            claimed.id,
+            message.task if message else "?",
+            claimed.queue,
+            owner,
+            target,
         )
         return True

@@ -69,36 +69,66 @@ class Worker:
         )
         names = list(self.queues)
         self.heartbeater = Heartbeater(
-            broker=self.broker, worker_id=self.id, processor=self.processor,
-            interval=conf.HEARTBEAT_INTERVAL, lease_seconds=conf.LEASE_SECONDS,
+            broker=self.broker,
+            worker_id=self.id,
+            processor=self.processor,
+            interval=conf.HEARTBEAT_INTERVAL,
+            lease_seconds=conf.LEASE_SECONDS,
         )
         self.forwarder = Forwarder(broker=self.broker, queues=names, interval=conf.FORWARDER_INTERVAL)
         self.recoverer = Recoverer(
-            broker=self.broker, queues=names, interval=conf.RECOVERER_INTERVAL, grace=conf.RECOVERY_GRACE
+            broker=self.broker,
+            queues=names,
+            interval=conf.RECOVERER_INTERVAL,
+            grace=conf.RECOVERY_GRACE,
         )
         self.janitor = Janitor(
-            broker=self.broker, queues=names, interval=conf.JANITOR_INTERVAL,
-            archive_max_age=conf.ARCHIVE_MAX_AGE, archive_max_size=conf.ARCHIVE_MAX_SIZE,
+            broker=self.broker,
+            queues=names,
+            interval=conf.JANITOR_INTERVAL,
+            archive_max_age=conf.ARCHIVE_MAX_AGE,
+            archive_max_size=conf.ARCHIVE_MAX_SIZE,
         )
         self.healthchecker = Healthchecker(
-            broker=self.broker, interval=conf.HEALTHCHECK_INTERVAL, callback=_health_callback(conf.HEALTH_CHECK)
+            broker=self.broker,
+            interval=conf.HEALTHCHECK_INTERVAL,
+            callback=_health_callback(conf.HEALTH_CHECK),
         )
         self.subscriber = Subscriber(broker=self.broker, on_cancel=self.processor.cancel)
 
     def start(self) -> None:
         logger.info("worker %s starting on queues %s", self.id, self.queues)
-        for component in (self.syncer, self.healthchecker, self.heartbeater, self.subscriber,
-                          self.forwarder, self.recoverer, self.janitor, self.processor):
+        for component in (
+            self.syncer,
+            self.healthchecker,
+            self.heartbeater,
+            self.subscriber,
+            self.forwarder,
+            self.recoverer,
+            self.janitor,
+            self.processor,
+        ):
             component.start()
 
     def stop(self) -> None:
         """Shut down: the processor first (it stops claiming, finishes or gives back its tasks),
         while the heartbeater still extends leases and the subscriber still hears cancellations;
         the syncer last, so that it flushes whatever the others could not write."""
-        logger.info("worker %s stopping (waiting up to %ss for running tasks)", self.id, self.shutdown_timeout)
+        logger.info(
+            "worker %s stopping (waiting up to %ss for running tasks)",
+            self.id,
+            self.shutdown_timeout,
+        )
         self.processor.stop(self.shutdown_timeout)
-        for component in (self.subscriber, self.heartbeater, self.forwarder, self.recoverer, self.janitor,
-                          self.healthchecker, self.syncer):
+        for component in (
+            self.subscriber,
+            self.heartbeater,
+            self.forwarder,
+            self.recoverer,
+            self.janitor,
+            self.healthchecker,
+            self.syncer,
+        ):
             component.stop()
         logger.info("worker %s stopped", self.id)
 

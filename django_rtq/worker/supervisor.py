@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import signal
 import threading
+import time
 from typing import Any
 
 from django.db import connections
@@ -18,11 +20,21 @@ POLL_SECONDS = 0.5
 RESTART_DELAY_SECONDS = 1.0
 
 
-def _child_main(worker_options: dict[str, Any]) -> None:
+def _child_main(worker_options: dict[str, Any], supervisor_pid: int) -> None:
     from .server import Worker
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor alone turns Ctrl-C into SIGTERMs
-    Worker(**worker_options).run()
+    worker = Worker(**worker_options)
+    threading.Thread(target=_stop_when_orphaned, args=(worker, supervisor_pid), daemon=True).start()
+    worker.run()
+
+
+def _stop_when_orphaned(worker: Any, supervisor_pid: int) -> None:
+    """Shut the worker down gracefully if the supervisor dies without telling it (SIGKILL)."""
+    while os.getppid() == supervisor_pid:
+        time.sleep(POLL_SECONDS)
+    logger.warning("supervisor %s is gone; worker process %s stops", supervisor_pid, os.getpid())
+    worker.request_stop()
 
 
 class Supervisor:
@@ -39,7 +51,9 @@ class Supervisor:
 
     def _spawn(self) -> multiprocessing.Process:
         connections.close_all()  # a forked child must open its own database connections
-        child = self._context.Process(target=_child_main, args=(self.worker_options,), name="rtq-worker")
+        child = self._context.Process(
+            target=_child_main, args=(self.worker_options, os.getpid()), name="rtq-worker"
+        )
         child.start()
         logger.info("started worker process %s", child.pid)
         return child
@@ -58,7 +72,11 @@ class Supervisor:
                     continue
                 if burst and child.exitcode == 0:
                     continue
-                logger.error("worker process %s exited with code %s; restarting it", child.pid, child.exitcode)
+                logger.error(
+                    "worker process %s exited with code %s; restarting it",
+                    child.pid,
+                    child.exitcode,
+                )
                 if self._stop.wait(RESTART_DELAY_SECONDS):
                     break
                 self._children[i] = self._spawn()

@@ -14,8 +14,9 @@ _client = None
 def client() -> redis.Redis:
     global _client
     if _client is None:
-        _client = redis.Redis.from_url(os.environ.get("RTQ_REDIS_URL", "redis://127.0.0.1:6379/0"),
-                                       decode_responses=True)
+        _client = redis.Redis.from_url(
+            os.environ.get("RTQ_REDIS_URL", "redis://127.0.0.1:6379/0"), decode_responses=True
+        )
     return _client
 
 

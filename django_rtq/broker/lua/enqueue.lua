@@ -1,5 +1,6 @@
 -- Enqueue tasks into one queue: write their columns, put each in pending or scheduled.
--- All or nothing: if any id is taken or any uniqueness lock is held, nothing is written.
+-- All or nothing: if any id is taken or any uniqueness lock is held (by an earlier task or
+-- by another task of this call), nothing is written.
 --
 -- KEYS[1] -> rtq:{<queue>}:msg
 -- KEYS[2] -> rtq:{<queue>}:state
@@ -19,14 +20,18 @@ local now = tonumber(ARGV[1])
 local channel = ARGV[2]
 local FIELDS = 6
 
-local seen = {}
+local seen, locked = {}, {}
 for i = 3, #ARGV, FIELDS do
   local n = (i - 3) / FIELDS + 1
   local id = ARGV[i]
   if seen[id] or redis.call('HEXISTS', state, id) == 1 then return {1, n} end
   seen[id] = true
   local unique_index = tonumber(ARGV[i + 4])
-  if unique_index > 0 and redis.call('EXISTS', KEYS[unique_index]) == 1 then return {2, n} end
+  if unique_index > 0 then
+    local lock = KEYS[unique_index]
+    if locked[lock] or redis.call('EXISTS', lock) == 1 then return {2, n} end
+    locked[lock] = true
+  end
 end
 
 local pending_before = redis.call('ZCARD', pending)

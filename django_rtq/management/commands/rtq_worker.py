@@ -18,22 +18,42 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument(
-            "--queues", "-Q",
+            "--queues",
+            "-Q",
             help='Queues to serve, with optional weights: "critical:6,default:3,low:1". '
-                 "Default: settings.RTQ['QUEUES'].",
+            "Default: settings.RTQ['QUEUES'].",
         )
         parser.add_argument("--concurrency", "-c", type=int, help="Tasks run at once per process (threads).")
-        parser.add_argument("--processes", "-p", type=int, default=1,
-                            help="Worker processes to run, supervised and restarted if they die.")
-        parser.add_argument("--strict", action="store_true", default=None,
-                            help="Strict priority: always serve heavier queues first.")
-        parser.add_argument("--burst", action="store_true",
-                            help="Exit once every queue is empty and nothing scheduled is due.")
-        parser.add_argument("--shutdown-timeout", type=float,
-                            help="Seconds running tasks get to finish on SIGTERM before they go back to pending.")
-        parser.add_argument("--loglevel", "-l", default="INFO",
-                            choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
-                            help="Level of the django_rtq loggers.")
+        parser.add_argument(
+            "--processes",
+            "-p",
+            type=int,
+            default=1,
+            help="Worker processes to run, supervised and restarted if they die.",
+        )
+        parser.add_argument(
+            "--strict",
+            action="store_true",
+            default=None,
+            help="Strict priority: always serve heavier queues first.",
+        )
+        parser.add_argument(
+            "--burst",
+            action="store_true",
+            help="Exit once every queue is empty and nothing scheduled is due.",
+        )
+        parser.add_argument(
+            "--shutdown-timeout",
+            type=float,
+            help="Seconds running tasks get to finish on SIGTERM before they go back to pending.",
+        )
+        parser.add_argument(
+            "--loglevel",
+            "-l",
+            default="INFO",
+            choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+            help="Level of the django_rtq loggers.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         self._configure_logging(options["loglevel"])
@@ -56,9 +76,14 @@ class Command(BaseCommand):
         if options["processes"] == 1:
             Worker(**worker_options).run()
         else:
-            timeout = conf.SHUTDOWN_TIMEOUT if options["shutdown_timeout"] is None else options["shutdown_timeout"]
-            Supervisor(processes=options["processes"], worker_options=worker_options,
-                       shutdown_timeout=timeout).run()
+            timeout = (
+                conf.SHUTDOWN_TIMEOUT if options["shutdown_timeout"] is None else options["shutdown_timeout"]
+            )
+            Supervisor(
+                processes=options["processes"],
+                worker_options=worker_options,
+                shutdown_timeout=timeout,
+            ).run()
 
     def _configure_logging(self, level: str) -> None:
         logger = logging.getLogger("django_rtq")
