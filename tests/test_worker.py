@@ -208,15 +208,11 @@ def test_higher_priority_runs_first_within_a_queue(run_worker, inspector, redis_
     assert reports(redis_client, "order") == ["high", "normal", "normal2", "low"]
 
 
-def test_strict_priority_serves_heavier_queues_first(run_worker, inspector, redis_client):
-    for queue in ("high", "low"):
-        inspector.pause(queue)
+def test_strict_priority_serves_heavier_queues_first(run_worker, redis_client):
     for i in range(3):
         tasks.record_low.enqueue("strict", f"low{i}")
         tasks.record_high.enqueue("strict", f"high{i}")
     with run_worker(queues={"high": 5, "low": 1}, strict=True, concurrency=1):
-        for queue in ("high", "low"):
-            inspector.resume(queue)
         wait_for(lambda: len(reports(redis_client, "strict")) == 6)
     assert reports(redis_client, "strict") == ["high0", "high1", "high2", "low0", "low1", "low2"]
 
