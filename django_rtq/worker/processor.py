@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ctypes
-import enum
 import json
 import logging
 import os
@@ -15,7 +12,6 @@ import socket
 import threading
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -30,8 +26,10 @@ from ..exceptions import (
     TaskCancelled,
     TaskTimeout,
 )
-from ..registry import TaskType, get_task_type
+from ..registry import get_task_type
+from .job import Job, JobState, Outcome, Unrunnable, raise_in_thread
 from .outcome import Failure, format_traceback, settle_failure
+from .subscriber import Subscriber
 from .syncer import Syncer, SyncRequest
 
 logger = logging.getLogger(__name__)
@@ -42,48 +40,8 @@ SETTLE_BATCH = 1000
 WATCHDOG_INTERVAL = 0.05
 #: Seconds an async task gets to honour a cancellation before its thread is abandoned.
 ASYNC_CANCEL_GRACE = 2.0
-#: Seconds a pub/sub listener waits for a message before it checks whether to stop.
-PUBSUB_POLL_SECONDS = 0.25
 #: Seconds to wait before claiming again after Redis was unreachable.
 UNAVAILABLE_BACKOFF = 1.0
-
-
-class JobState(enum.Enum):
-    QUEUED = "queued"  # claimed, waiting for a free thread
-    RUNNING = "running"
-    CANCELLED = "cancelled"  # cancellation asked for before it started
-    DONE = "done"  # handler returned; outcome waits to be settled
-    ABANDONED = "abandoned"  # timed out, cancelled while running, or given back at shutdown
-
-
-@dataclass(eq=False, slots=True, kw_only=True)
-class Job:
-    """A claimed task as the processor tracks it until its outcome is settled."""
-
-    claimed: ClaimedTask
-    message: TaskMessage
-    task_type: TaskType
-    state: JobState = JobState.QUEUED
-    thread: threading.Thread | None = None
-    started_at: float | None = None  # epoch seconds
-    expires_at: float | None = None  # time.monotonic() at which the watchdog stops it
-    expiry_error: BaseException | None = None
-    loop: asyncio.AbstractEventLoop | None = None
-    async_task: asyncio.Task | None = None
-    interrupt_error: BaseException | None = None
-
-    @property
-    def id(self) -> str:
-        return self.claimed.id
-
-
-@dataclass(slots=True)
-class Outcome:
-    job: Job | None
-    claimed: ClaimedTask
-    result_json: str | None = None  # set on success
-    failure: Failure | None = None
-    finished_at: float = field(default_factory=time.time)
 
 
 class Processor:
@@ -134,13 +92,18 @@ class Processor:
         self._stopping = threading.Event()
         self._lease_expiry = time.time() + lease_seconds
         self._threads: list[threading.Thread] = []
-        self._subscribed = threading.Event()
+        self._waker = Subscriber(
+            broker=broker,
+            channels=[broker.queue(name).wake_channel for name in self.queues],
+            on_message=lambda _: self._wake.set(),
+            name="wake-up",
+        )
 
     # Lifecycle
 
     def start(self) -> None:
-        self._waker = self._start_thread(self._wake_loop, "rtq-wake")
-        self._subscribed.wait(2.0)
+        self._waker.start()
+        self._waker.subscribed.wait(2.0)
         for _ in range(self.concurrency):
             self._start_executor()
         self._settler = self._start_thread(self._settle_loop, "rtq-settle")
@@ -188,7 +151,7 @@ class Processor:
         with self._cond:
             self._owned.clear()
         self._watchdog.join()
-        self._waker.join()
+        self._waker.stop()
 
     def _start_thread(self, target: Any, name: str) -> threading.Thread:
         thread = threading.Thread(target=target, name=name, daemon=True)
@@ -239,6 +202,7 @@ class Processor:
             job = self._owned.get(task_id)
             if not isinstance(job, Job):
                 return False
+            logger.info("cancelling task %r (%s) of queue %r", job.id, job.message.task, job.claimed.queue)
             if job.state is JobState.QUEUED:
                 job.state = JobState.CANCELLED
                 return True
@@ -306,7 +270,7 @@ class Processor:
             try:
                 jobs.append(self._job(claimed))
             except Exception as exc:
-                message = exc.message if isinstance(exc, _Unrunnable) else None
+                message = exc.message if isinstance(exc, Unrunnable) else None
                 failures.append(
                     Outcome(
                         job=None,
@@ -333,18 +297,18 @@ class Processor:
             self._outcomes.put(outcome)
 
     def _job(self, claimed: ClaimedTask) -> Job:
-        """Make a job of a claimed task, or raise _Unrunnable saying why it cannot run."""
+        """Make a job of a claimed task, or raise Unrunnable saying why it cannot run."""
         if claimed.raw_message is None:
-            raise _Unrunnable(None) from NonRetryableError("the task's message is missing")
+            raise Unrunnable(None) from NonRetryableError("the task's message is missing")
         try:
             message = TaskMessage.from_json(claimed.raw_message)
         except ValueError as exc:
-            raise _Unrunnable(None) from NonRetryableError(f"the task's payload is corrupt: {exc}")
+            raise Unrunnable(None) from NonRetryableError(f"the task's payload is corrupt: {exc}")
         task_type = get_task_type(message.task)
         if task_type is None:
-            raise _Unrunnable(message) from NonRetryableError(f"unknown task type {message.task!r}")
+            raise Unrunnable(message) from NonRetryableError(f"unknown task type {message.task!r}")
         if message.deadline is not None and message.deadline <= time.time():
-            raise _Unrunnable(message) from DeadlineExceeded("the task's deadline passed before it started")
+            raise Unrunnable(message) from DeadlineExceeded("the task's deadline passed before it started")
         return Job(claimed=claimed, message=message, task_type=task_type)
 
     def _is_drained(self) -> bool:
@@ -498,7 +462,7 @@ class Processor:
             self._threads.remove(job.thread)
             self._start_executor()
             # Raised while we hold the lock: the thread cannot have ended and its id be reused.
-            _raise_in_thread(job.thread, type(error))
+            raise_in_thread(job.thread, type(error))
             self._outcomes.put(
                 Outcome(
                     job=job,
@@ -588,36 +552,3 @@ class Processor:
         except BrokerUnavailable as exc:
             logger.warning("could not record the %s (%s); the syncer will retry", description, exc)
             self.syncer.add(SyncRequest(apply=write, description=description, deadline=self._lease_expiry))
-
-    # Waking up
-
-    def _wake_loop(self) -> None:
-        channels = [self.broker.queue(name).wake_channel for name in self.queues]
-        while not self._stopping.is_set():
-            pubsub = self.broker.client.pubsub(ignore_subscribe_messages=True)
-            try:
-                pubsub.subscribe(*channels)
-                self._subscribed.set()
-                while not self._stopping.is_set():
-                    if pubsub.get_message(timeout=PUBSUB_POLL_SECONDS) is not None:
-                        self._wake.set()
-            except Exception as exc:
-                logger.warning("wake-up subscription lost (%s); idle workers poll until it is back", exc)
-                self._stopping.wait(UNAVAILABLE_BACKOFF)
-            finally:
-                with contextlib.suppress(Exception):
-                    pubsub.close()
-
-
-class _Unrunnable(Exception):
-    """A claimed task that cannot run; its cause says why."""
-
-    def __init__(self, message: TaskMessage | None) -> None:
-        super().__init__()
-        self.message = message
-
-
-def _raise_in_thread(thread: threading.Thread | None, exc_type: type[BaseException]) -> None:
-    """Raise `exc_type` in a thread at its next Python instruction (not inside a blocking C call)."""
-    if thread is not None and thread.ident is not None:
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(exc_type))

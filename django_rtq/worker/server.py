@@ -94,7 +94,12 @@ class Worker:
             interval=conf.HEALTHCHECK_INTERVAL,
             callback=_health_callback(conf.HEALTH_CHECK),
         )
-        self.subscriber = Subscriber(broker=self.broker, on_cancel=self.processor.cancel)
+        self.subscriber = Subscriber(
+            broker=self.broker,
+            channels=[self.broker.keys.cancel_channel],
+            on_message=self.processor.cancel,
+            name="cancel",
+        )
 
     def start(self) -> None:
         logger.info("worker %s starting on queues %s", self.id, self.queues)

@@ -10,7 +10,8 @@
 -- KEYS[6] -> rtq:{<queue>}:archived
 -- KEYS[7] -> rtq:{<queue>}:processed:<day>
 -- KEYS[8] -> rtq:{<queue>}:failed:<day>
--- KEYS[9] -> rtq:{<queue>}:unique:<key> (optional; released when archived)
+-- KEYS[9..] -> rtq:{<queue>}:unique:<key>, at most one: the task's uniqueness lock when it
+--              has one (released when archived)
 -- ARGV[1] -> task id
 -- ARGV[2] -> worker id holding the lease
 -- ARGV[3] -> lease cutoff (ms): the lease must have expired before it; 0 = no such check
