@@ -1,1 +1,196 @@
-"""Fixture `redis_cluster`: a 3-master Redis Cluster on loopback ports (filled in by the cluster tests)."""
+"""Fixtures for tests that run on Redis Cluster as well as on the standalone Redis.
+
+`redis_cluster` starts a 3-master Redis Cluster on loopback ports for the session;
+`cluster_broker` is a broker over it, on a key prefix of the test's own; `any_broker` runs a
+test twice, on the standalone Redis and on the cluster, with a clock the test moves by hand.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import redis
+from redis.cluster import ClusterNode, RedisCluster
+
+from django_rtq.broker import Broker
+from tests.servers import RedisProcess, cleanup_dir, server_binary
+
+HOST = "127.0.0.1"
+SLOTS = 16384
+NODES = 3
+#: A port's cluster bus listens on the port plus this.
+BUS_OFFSET = 10000
+READY_TIMEOUT = 20.0
+#: The clock of `any_broker` starts here (2023-11-14 22:13:20 UTC).
+START_TIME = 1_700_000_000.0
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A running cluster: its nodes' ports, and a way in."""
+
+    ports: tuple[int, ...]
+
+    @property
+    def startup_node(self) -> ClusterNode:
+        return ClusterNode(HOST, self.ports[0])
+
+    def client(self) -> RedisCluster:
+        return RedisCluster(host=HOST, port=self.ports[0], decode_responses=True)
+
+    def node_client(self, port: int) -> redis.Redis:
+        return redis.Redis(host=HOST, port=port, decode_responses=True)
+
+
+def cluster_port() -> int:
+    """Return a free loopback port whose cluster bus port is free too."""
+    for _ in range(100):
+        with socket.socket() as sock:
+            sock.bind((HOST, 0))
+            port = sock.getsockname()[1]
+        if port + BUS_OFFSET < 65536 and _is_free(port + BUS_OFFSET):
+            return port
+    raise RuntimeError("found no free port pair for a cluster node")
+
+
+def _is_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return False
+        return True
+
+
+def cli_binary() -> str | None:
+    """Return the redis-cli (or valkey-cli) beside the server binary, or on PATH."""
+    beside = Path(server_binary()).parent
+    for name in ("redis-cli", "valkey-cli"):
+        if (beside / name).exists():
+            return str(beside / name)
+    return shutil.which("redis-cli") or shutil.which("valkey-cli")
+
+
+def cluster_node() -> RedisProcess:
+    directory = tempfile.mkdtemp(prefix="rtq-cluster-")
+    return RedisProcess(
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        str(Path(directory) / "nodes.conf"),
+        "--cluster-node-timeout",
+        "2000",
+        port=cluster_port(),
+        directory=directory,
+    )
+
+
+def create_with_cli(cli: str, ports: list[int]) -> None:
+    addresses = [f"{HOST}:{port}" for port in ports]
+    subprocess.run(
+        [cli, "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        timeout=READY_TIMEOUT,
+    )
+
+
+def create_with_commands(ports: list[int]) -> None:
+    """Do what `redis-cli --cluster create` does: share out the slots, then introduce the nodes."""
+    bounds = [SLOTS * i // len(ports) for i in range(len(ports) + 1)]
+    for epoch, port in enumerate(ports, start=1):
+        with redis.Redis(host=HOST, port=port) as client:
+            client.execute_command("CLUSTER ADDSLOTSRANGE", bounds[epoch - 1], bounds[epoch] - 1)
+            client.execute_command("CLUSTER SET-CONFIG-EPOCH", epoch)
+    with redis.Redis(host=HOST, port=ports[0]) as client:
+        for port in ports[1:]:
+            client.execute_command("CLUSTER MEET", HOST, port)
+
+
+def wait_until_ready(ports: list[int]) -> None:
+    """Poll every node until it reports the cluster ok and knows every other node."""
+    deadline = time.monotonic() + READY_TIMEOUT
+    pending = list(ports)
+    while pending:
+        with redis.Redis(host=HOST, port=pending[0], decode_responses=True) as client:
+            info = client.cluster("info")
+        if info["cluster_state"] == "ok" and int(info["cluster_known_nodes"]) == len(ports):
+            pending.pop(0)
+            continue
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"cluster node {pending[0]} not ready: {info}")
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[Cluster]:
+    nodes: list[RedisProcess] = []
+    try:
+        for _ in range(NODES):
+            nodes.append(cluster_node())
+            nodes[-1].start()
+        ports = [node.port for node in nodes]
+        cli = cli_binary()
+        if cli:
+            create_with_cli(cli, ports)
+        else:
+            create_with_commands(ports)
+        wait_until_ready(ports)
+        yield Cluster(ports=tuple(ports))
+    finally:
+        for node in nodes:
+            node.stop()
+            cleanup_dir(node.dir)
+
+
+@pytest.fixture
+def cluster_broker(redis_cluster: Cluster) -> Iterator[Broker]:
+    """A broker over the cluster, on a key prefix of this test's own."""
+    prefix = f"rtqc-{uuid.uuid4().hex[:10]}"
+    client = redis_cluster.client()
+    yield Broker(client, prefix=prefix)
+    for node in client.get_primaries():
+        node_client = client.get_redis_connection(node)
+        for key in node_client.scan_iter(f"{prefix}:*", count=1000):
+            node_client.delete(key)
+    client.close()
+
+
+class FakeClock:
+    """A clock that stands still until the test moves it."""
+
+    def __init__(self, now: float = START_TIME) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> float:
+        self.now += seconds
+        return self.now
+
+    def ms(self, seconds_from_now: float = 0.0) -> int:
+        return int((self.now + seconds_from_now) * 1000)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture(params=["standalone", "cluster"])
+def any_broker(request: pytest.FixtureRequest, clock: FakeClock) -> Broker:
+    """A broker on the standalone Redis, then on the cluster, reading time from `clock`."""
+    broker = request.getfixturevalue("broker" if request.param == "standalone" else "cluster_broker")
+    broker.clock = clock
+    return broker

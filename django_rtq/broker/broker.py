@@ -109,7 +109,8 @@ class Broker:
         with translate_errors():
             pipe = self.client.pipeline(transaction=False)
             for name, keys, args in calls:
-                pipe.evalsha(self.scripts[name].sha, len(keys), *keys, *args)
+                # By command name: redis-py's cluster pipeline refuses its evalsha() method.
+                pipe.execute_command("EVALSHA", self.scripts[name].sha, len(keys), *keys, *args)
             results = pipe.execute(raise_on_error=False)
             for i, result in enumerate(results):
                 if isinstance(result, redis.exceptions.NoScriptError):
@@ -128,7 +129,8 @@ class Broker:
         """Enqueue tasks in one round trip.
 
         Raises TaskIdConflict if a task's id exists, DuplicateTask if a unique task's lock is
-        held; the chunk holding that task is then not written (chunks before it are).
+        held. Each chunk of ENQUEUE_CHUNK tasks of a queue is all or nothing: the chunk holding
+        that task is not written, the others are.
         """
         now_ms = self.now_ms()
         by_queue: dict[str, list[TaskMessage]] = defaultdict(list)
@@ -148,7 +150,7 @@ class Broker:
                         keys.append(qk.unique(message.unique_key))
                         unique_index = len(keys)
                     process_at_ms = int(message.process_at * 1000) if message.process_at else 0
-                    unique_ttl_ms = int((message.unique_ttl or 0) * 1000) or 1
+                    unique_ttl_ms = int((message.unique_ttl or 0) * 1000)  # 0: no expiry
                     args += [
                         message.id,
                         message.to_json(),

@@ -12,7 +12,7 @@
 -- ARGV[1] -> now (ms)
 -- ARGV[2] -> wake channel
 -- ARGV[3..] -> six per task: id, message JSON, priority, process-at (ms; 0 = now),
---              index of its unique key in KEYS (0 = none), unique lock TTL (ms)
+--              index of its unique key in KEYS (0 = none), unique lock TTL (ms; 0 = none)
 --
 -- Returns: {0} when written; {1, i} when task i's id exists; {2, i} when task i's lock is held.
 local msg, state, priority_hash, pending, scheduled, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
@@ -41,7 +41,12 @@ for i = 3, #ARGV, FIELDS do
   redis.call('HSET', msg, id, body)
   if priority ~= 0 then redis.call('HSET', priority_hash, id, priority) end
   if unique_index > 0 then
-    redis.call('SET', KEYS[unique_index], id, 'PX', ARGV[i + 5])
+    local ttl = tonumber(ARGV[i + 5])
+    if ttl > 0 then
+      redis.call('SET', KEYS[unique_index], id, 'PX', ttl)
+    else
+      redis.call('SET', KEYS[unique_index], id)
+    end
   end
   if process_at > now then
     redis.call('ZADD', scheduled, process_at, id)

@@ -1,0 +1,665 @@
+"""Every Broker operation against a real Redis: the standalone server and a 3-master cluster.
+
+Time-based behaviour runs on a fake clock (`clock`) that the tests move; only the uniqueness
+lock's TTL, which Redis itself expires, is waited for.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from django_rtq.broker import Broker, ClaimedTask, TaskMessage, TaskState
+from django_rtq.broker import broker as broker_module
+from django_rtq.broker.broker import Completion, utc_day
+from django_rtq.broker.inspect import Inspector
+from django_rtq.exceptions import DuplicateTask, TaskIdConflict
+from tests.cluster import START_TIME, FakeClock
+from tests.conftest import wait_for
+
+#: Three queues whose keys land on the three different nodes of the test cluster.
+QUEUES = EMAILS, SEARCH, BILLING = ("emails", "search", "billing")
+WORKER = "worker-1"
+OTHER_WORKER = "worker-2"
+LEASE_SECONDS = 30.0
+
+
+# Helpers shared with the inspector and script tests
+
+
+def message(queue: str = EMAILS, **fields) -> TaskMessage:
+    fields.setdefault("id", uuid.uuid4().hex)
+    fields.setdefault("enqueued_at", START_TIME)
+    return TaskMessage(task="tests.noop", queue=queue, **fields)
+
+
+def enqueue(broker: Broker, queue: str = EMAILS, count: int = 1, **fields) -> list[str]:
+    messages = [message(queue, **fields) for _ in range(count)]
+    broker.enqueue(messages)
+    return [m.id for m in messages]
+
+
+def claim(
+    broker: Broker,
+    queue: str = EMAILS,
+    *,
+    worker: str = WORKER,
+    limit: int = 100,
+    lease: float = LEASE_SECONDS,
+) -> list[ClaimedTask]:
+    expiry_ms = broker.now_ms() + int(lease * 1000)
+    return broker.claim(queue, worker_id=worker, lease_expiry_ms=expiry_ms, limit=limit)
+
+
+def claim_ids(broker: Broker, queue: str = EMAILS, **options) -> list[str]:
+    return [task.id for task in claim(broker, queue, **options)]
+
+
+def done(task_id: str, *, retention: float = 0, result=None, unique_key: str | None = None) -> Completion:
+    return Completion(
+        id=task_id,
+        info={"done": True},
+        result_json=json.dumps(result),
+        retention_ms=int(retention * 1000),
+        unique_key=unique_key,
+    )
+
+
+def fail(broker: Broker, queue: str, task_id: str, to: TaskState, **options) -> bool:
+    options.setdefault("worker_id", WORKER)
+    options.setdefault("info", {"error": "boom"})
+    return broker.fail(queue, task_id, to=to, **options)
+
+
+def make_tasks(broker: Broker, state: TaskState, queue: str = EMAILS, count: int = 1, **fields) -> list[str]:
+    """Put `count` new tasks in `state` (retry and scheduled ones fall due in 60 s)."""
+    if state == TaskState.SCHEDULED:
+        return enqueue(broker, queue, count, process_at=broker.clock() + 60, **fields)
+    ids = enqueue(broker, queue, count, **fields)
+    if state == TaskState.PENDING:
+        return ids
+    assert claim_ids(broker, queue, limit=count) == ids
+    if state == TaskState.COMPLETED:
+        broker.complete(queue, [done(i, retention=60) for i in ids], worker_id=WORKER)
+    elif state in (TaskState.RETRY, TaskState.ARCHIVED):
+        unique_key = fields.get("unique_key")
+        retry_at_ms = broker.now_ms() + 60_000
+        for task_id in ids:
+            fail(broker, queue, task_id, state, retry_at_ms=retry_at_ms, unique_key=unique_key)
+    return ids
+
+
+def ids_in(broker: Broker, queue: str, state: TaskState) -> list[str]:
+    return broker.client.zrange(broker.queue(queue).state_set(state), 0, -1)
+
+
+def scores_in(broker: Broker, queue: str, state: TaskState) -> dict[str, float]:
+    return dict(broker.client.zrange(broker.queue(queue).state_set(state), 0, -1, withscores=True))
+
+
+def column(broker: Broker, queue: str, name: str, task_id: str) -> str | None:
+    return broker.client.hget(getattr(broker.queue(queue), name), task_id)
+
+
+def state_of(broker: Broker, queue: str, task_id: str) -> str | None:
+    return column(broker, queue, "state", task_id)
+
+
+def counter(broker: Broker, queue: str, kind: str) -> int:
+    key = getattr(broker.queue(queue), kind)(utc_day(broker.clock()))
+    return int(broker.client.get(key) or 0)
+
+
+def holds_columns(broker: Broker, queue: str, task_id: str) -> list[str]:
+    """Return the columns (hashes) in which the task still has a field."""
+    return [key for key in broker.queue(queue).columns if broker.client.hexists(key, task_id)]
+
+
+def lock_holder(broker: Broker, queue: str, unique_key: str) -> str | None:
+    return broker.client.get(broker.queue(queue).unique(unique_key))
+
+
+@contextmanager
+def subscribed(broker: Broker, channel: str) -> Iterator[Any]:
+    """Subscribe to a channel; yield the pub/sub once the subscription is confirmed."""
+    pubsub = broker.client.pubsub()
+    try:
+        pubsub.subscribe(channel)
+        assert next_message(pubsub)["type"] == "subscribe"
+        yield pubsub
+    finally:
+        pubsub.close()
+
+
+def next_message(pubsub: Any) -> dict:
+    return wait_for(lambda: pubsub.get_message(timeout=0.1), timeout=5, message="a pub/sub message")
+
+
+# The setup
+
+
+def test_the_queues_land_on_three_different_cluster_nodes(cluster_broker: Broker):
+    client = cluster_broker.client
+    nodes = {client.get_node_from_key(cluster_broker.queue(q).pending).name for q in QUEUES}
+    assert len(nodes) == 3
+
+
+def test_ping(any_broker: Broker):
+    assert any_broker.ping() is True
+
+
+# Enqueueing
+
+
+def test_enqueue_puts_a_task_in_pending(any_broker: Broker):
+    task = message(SEARCH)
+    any_broker.enqueue([task])
+
+    assert ids_in(any_broker, SEARCH, TaskState.PENDING) == [task.id]
+    assert state_of(any_broker, SEARCH, task.id) == "pending"
+    assert TaskMessage.from_json(column(any_broker, SEARCH, "msg", task.id)) == task
+    assert any_broker.known_queues() == [SEARCH]
+
+
+def test_enqueue_with_process_at_schedules_a_future_task_only(any_broker: Broker, clock: FakeClock):
+    later = message(BILLING, process_at=clock.now + 60)
+    past = message(BILLING, process_at=clock.now - 1)
+    any_broker.enqueue([later, past])
+
+    assert scores_in(any_broker, BILLING, TaskState.SCHEDULED) == {later.id: clock.ms(60)}
+    assert state_of(any_broker, BILLING, later.id) == "scheduled"
+    assert ids_in(any_broker, BILLING, TaskState.PENDING) == [past.id]
+
+
+def test_tasks_run_by_priority_then_in_enqueue_order(any_broker: Broker):
+    priorities = [0, 5, -3, 5, 0, 100, -100]
+    first = [message(EMAILS, priority=p) for p in priorities]
+    second = [message(EMAILS, priority=p) for p in (5, 0)]
+    any_broker.enqueue(first)
+    any_broker.enqueue(second)
+
+    run_order = sorted(first + second, key=lambda task: -task.priority)  # stable: FIFO within
+    assert claim_ids(any_broker, EMAILS) == [task.id for task in run_order]
+
+
+def test_a_taken_id_raises_and_writes_nothing_of_its_chunk(any_broker: Broker):
+    [taken] = enqueue(any_broker, SEARCH)
+    batch = [message(SEARCH), message(SEARCH, priority=3), message(SEARCH, id=taken)]
+
+    with pytest.raises(TaskIdConflict, match=taken):
+        any_broker.enqueue(batch)
+
+    assert ids_in(any_broker, SEARCH, TaskState.PENDING) == [taken]
+    for task in batch[:2]:
+        assert holds_columns(any_broker, SEARCH, task.id) == []
+
+
+def test_an_id_twice_in_one_call_raises(any_broker: Broker):
+    twin = message(EMAILS)
+
+    with pytest.raises(TaskIdConflict):
+        any_broker.enqueue([twin, message(EMAILS, id=twin.id)])
+
+    assert ids_in(any_broker, EMAILS, TaskState.PENDING) == []
+
+
+def test_a_conflict_leaves_the_chunks_before_it_written(any_broker: Broker, monkeypatch):
+    monkeypatch.setattr(broker_module, "ENQUEUE_CHUNK", 2)
+    [taken] = enqueue(any_broker, EMAILS)
+    batch = [message(EMAILS) for _ in range(3)] + [message(EMAILS, id=taken)]
+
+    with pytest.raises(TaskIdConflict):
+        any_broker.enqueue(batch)
+
+    assert set(ids_in(any_broker, EMAILS, TaskState.PENDING)) == {taken, batch[0].id, batch[1].id}
+
+
+def test_a_held_unique_key_raises_duplicate_task(any_broker: Broker):
+    [holder] = enqueue(any_broker, BILLING, unique_key="invoice-7", unique_ttl=60)
+    latecomer = message(BILLING, unique_key="invoice-7", unique_ttl=60)
+
+    with pytest.raises(DuplicateTask, match="invoice-7"):
+        any_broker.enqueue([message(BILLING), latecomer])
+
+    assert ids_in(any_broker, BILLING, TaskState.PENDING) == [holder]
+    assert lock_holder(any_broker, BILLING, "invoice-7") == holder
+    # Locks are per queue.
+    enqueue(any_broker, SEARCH, unique_key="invoice-7", unique_ttl=60)
+
+
+def test_a_unique_key_twice_in_one_call_raises_duplicate_task(any_broker: Broker):
+    batch = [message(BILLING, unique_key="k", unique_ttl=60) for _ in range(2)]
+
+    with pytest.raises(DuplicateTask):
+        any_broker.enqueue(batch)
+
+    assert ids_in(any_broker, BILLING, TaskState.PENDING) == []
+    assert lock_holder(any_broker, BILLING, "k") is None
+
+
+def complete_it(broker: Broker, task_id: str, unique_key: str) -> None:
+    claim(broker, BILLING)
+    assert broker.complete(BILLING, [done(task_id, unique_key=unique_key)], worker_id=WORKER) == 1
+
+
+def fail_to_archive(broker: Broker, task_id: str, unique_key: str) -> None:
+    claim(broker, BILLING)
+    assert fail(broker, BILLING, task_id, TaskState.ARCHIVED, unique_key=unique_key)
+
+
+def archive_by_hand(broker: Broker, task_id: str, unique_key: str) -> None:
+    assert Inspector(broker).archive(BILLING, [task_id]) == 1
+
+
+def delete_by_hand(broker: Broker, task_id: str, unique_key: str) -> None:
+    assert Inspector(broker).delete(BILLING, [task_id]) == 1
+
+
+@pytest.mark.parametrize("release", [complete_it, fail_to_archive, archive_by_hand, delete_by_hand])
+def test_the_unique_lock_is_released_when_the_task_is_done_with(
+    any_broker: Broker, release: Callable[[Broker, str, str], None]
+):
+    [task_id] = enqueue(any_broker, BILLING, unique_key="report", unique_ttl=60)
+    assert lock_holder(any_broker, BILLING, "report") == task_id
+
+    release(any_broker, task_id, "report")
+
+    assert lock_holder(any_broker, BILLING, "report") is None
+    enqueue(any_broker, BILLING, unique_key="report", unique_ttl=60)
+
+
+def test_the_unique_lock_is_kept_while_the_task_waits_to_retry(any_broker: Broker):
+    [task_id] = make_tasks(any_broker, TaskState.RETRY, BILLING, unique_key="report", unique_ttl=60)
+
+    assert lock_holder(any_broker, BILLING, "report") == task_id
+    with pytest.raises(DuplicateTask):
+        enqueue(any_broker, BILLING, unique_key="report", unique_ttl=60)
+
+
+def test_the_unique_lock_expires_with_its_ttl(any_broker: Broker):
+    enqueue(any_broker, EMAILS, unique_key="digest", unique_ttl=0.05)
+    assert 0 < any_broker.client.pttl(any_broker.queue(EMAILS).unique("digest")) <= 50
+
+    def enqueued_again() -> bool:
+        try:
+            enqueue(any_broker, EMAILS, unique_key="digest", unique_ttl=60)
+        except DuplicateTask:
+            return False
+        return True
+
+    wait_for(enqueued_again, timeout=5, message="the uniqueness lock to expire")
+
+
+def test_a_task_releases_only_a_lock_it_holds(any_broker: Broker):
+    [first] = enqueue(any_broker, EMAILS, unique_key="digest", unique_ttl=60)
+    claim(any_broker, EMAILS)
+    any_broker.client.delete(any_broker.queue(EMAILS).unique("digest"))  # as if it expired
+    [second] = enqueue(any_broker, EMAILS, unique_key="digest", unique_ttl=60)
+
+    any_broker.complete(EMAILS, [done(first, unique_key="digest")], worker_id=WORKER)
+
+    assert lock_holder(any_broker, EMAILS, "digest") == second
+
+
+def test_bulk_enqueue_fills_several_queues_in_one_call(any_broker: Broker, monkeypatch):
+    monkeypatch.setattr(broker_module, "ENQUEUE_CHUNK", 2)
+    batch = [message(queue) for queue in QUEUES for _ in range(3)]
+
+    any_broker.enqueue(batch)
+
+    for queue in QUEUES:
+        assert ids_in(any_broker, queue, TaskState.PENDING) == [m.id for m in batch if m.queue == queue]
+    assert any_broker.known_queues() == sorted(QUEUES)
+
+
+# Claiming
+
+
+def test_claim_moves_tasks_to_active_under_a_lease(any_broker: Broker, clock: FakeClock):
+    task = message(SEARCH)
+    any_broker.enqueue([task])
+
+    [claimed] = claim(any_broker, SEARCH, lease=30)
+
+    assert claimed == ClaimedTask(id=task.id, queue=SEARCH, raw_message=task.to_json(), info={})
+    assert scores_in(any_broker, SEARCH, TaskState.ACTIVE) == {task.id: clock.ms(30)}
+    assert column(any_broker, SEARCH, "owner", task.id) == WORKER
+    assert state_of(any_broker, SEARCH, task.id) == "active"
+    assert ids_in(any_broker, SEARCH, TaskState.PENDING) == []
+
+
+def test_claim_takes_at_most_limit_tasks(any_broker: Broker):
+    ids = enqueue(any_broker, EMAILS, 5)
+
+    assert claim_ids(any_broker, EMAILS, limit=2) == ids[:2]
+    assert ids_in(any_broker, EMAILS, TaskState.PENDING) == ids[2:]
+    assert claim_ids(any_broker, SEARCH) == []
+
+
+def test_a_paused_queue_yields_nothing_until_resumed(any_broker: Broker):
+    [paused_task] = enqueue(any_broker, EMAILS)
+    [other_task] = enqueue(any_broker, SEARCH)
+
+    any_broker.pause(EMAILS)
+    assert any_broker.is_paused(EMAILS)
+    assert not any_broker.is_paused(SEARCH)
+    assert claim_ids(any_broker, EMAILS) == []
+    assert claim_ids(any_broker, SEARCH) == [other_task]
+
+    any_broker.resume(EMAILS)
+    assert not any_broker.is_paused(EMAILS)
+    assert claim_ids(any_broker, EMAILS) == [paused_task]
+
+
+def test_claim_returns_the_attempt_facts(any_broker: Broker, clock: FakeClock):
+    [task_id] = make_tasks(any_broker, TaskState.RETRY, EMAILS)
+    clock.advance(60)
+    any_broker.forward(EMAILS)
+
+    [claimed] = claim(any_broker, EMAILS)
+
+    assert claimed.id == task_id
+    assert claimed.info == {"error": "boom"}
+
+
+def test_claim_of_a_task_without_message_gives_none(any_broker: Broker):
+    [task_id] = enqueue(any_broker, EMAILS)
+    any_broker.client.hdel(any_broker.queue(EMAILS).msg, task_id)
+
+    [claimed] = claim(any_broker, EMAILS)
+
+    assert claimed.id == task_id
+    assert claimed.raw_message is None
+
+
+# Completing
+
+
+def test_complete_with_retention_keeps_the_task_and_its_result(any_broker: Broker, clock: FakeClock):
+    [task_id] = make_tasks(any_broker, TaskState.ACTIVE, SEARCH)
+
+    settled = any_broker.complete(SEARCH, [done(task_id, retention=60, result=[1, 2])], worker_id=WORKER)
+
+    assert settled == 1
+    assert scores_in(any_broker, SEARCH, TaskState.COMPLETED) == {task_id: clock.ms(60)}
+    assert state_of(any_broker, SEARCH, task_id) == "completed"
+    assert json.loads(column(any_broker, SEARCH, "result", task_id)) == [1, 2]
+    assert json.loads(column(any_broker, SEARCH, "info", task_id)) == {"done": True}
+    assert column(any_broker, SEARCH, "owner", task_id) is None
+    assert ids_in(any_broker, SEARCH, TaskState.ACTIVE) == []
+
+
+def test_complete_without_retention_deletes_the_task(any_broker: Broker):
+    [task_id] = make_tasks(any_broker, TaskState.ACTIVE, SEARCH, priority=7)
+
+    any_broker.complete(SEARCH, [done(task_id)], worker_id=WORKER)
+
+    assert holds_columns(any_broker, SEARCH, task_id) == []
+    for state in TaskState:
+        assert ids_in(any_broker, SEARCH, state) == []
+
+
+def test_complete_counts_processed_tasks(any_broker: Broker):
+    ids = make_tasks(any_broker, TaskState.ACTIVE, BILLING, count=3)
+
+    assert any_broker.complete(BILLING, [done(i) for i in ids], worker_id=WORKER) == 3
+    assert counter(any_broker, BILLING, "processed") == 3
+    assert counter(any_broker, BILLING, "failed") == 0
+
+
+def test_complete_skips_a_task_the_worker_does_not_hold(any_broker: Broker):
+    [theirs] = make_tasks(any_broker, TaskState.ACTIVE, BILLING)
+
+    assert any_broker.complete(BILLING, [done(theirs)], worker_id=OTHER_WORKER) == 0
+    assert state_of(any_broker, BILLING, theirs) == "active"
+    assert column(any_broker, BILLING, "owner", theirs) == WORKER
+    assert counter(any_broker, BILLING, "processed") == 0
+
+
+# Failing
+
+
+def test_fail_to_retry_schedules_the_next_attempt(any_broker: Broker, clock: FakeClock):
+    [task_id] = make_tasks(any_broker, TaskState.ACTIVE, EMAILS)
+    info = {"retried": 1, "error": "timeout"}
+
+    assert fail(any_broker, EMAILS, task_id, TaskState.RETRY, retry_at_ms=clock.ms(90), info=info)
+
+    assert scores_in(any_broker, EMAILS, TaskState.RETRY) == {task_id: clock.ms(90)}
+    assert state_of(any_broker, EMAILS, task_id) == "retry"
+    assert json.loads(column(any_broker, EMAILS, "info", task_id)) == info
+    assert column(any_broker, EMAILS, "owner", task_id) is None
+    assert ids_in(any_broker, EMAILS, TaskState.ACTIVE) == []
+
+
+def test_fail_to_archived_and_the_counters(any_broker: Broker, clock: FakeClock):
+    [task_id, retried] = make_tasks(any_broker, TaskState.ACTIVE, EMAILS, count=2)
+    clock.advance(5)
+
+    assert fail(any_broker, EMAILS, task_id, TaskState.ARCHIVED)
+    assert fail(any_broker, EMAILS, retried, TaskState.RETRY, retry_at_ms=clock.ms(1))
+
+    assert scores_in(any_broker, EMAILS, TaskState.ARCHIVED) == {task_id: clock.ms()}
+    assert state_of(any_broker, EMAILS, task_id) == "archived"
+    assert counter(any_broker, EMAILS, "processed") == 2
+    assert counter(any_broker, EMAILS, "failed") == 2
+
+
+def test_fail_refuses_a_task_the_worker_does_not_hold(any_broker: Broker):
+    [task_id] = make_tasks(any_broker, TaskState.ACTIVE, EMAILS)
+
+    assert not fail(any_broker, EMAILS, task_id, TaskState.ARCHIVED, worker_id=OTHER_WORKER)
+    assert state_of(any_broker, EMAILS, task_id) == "active"
+    assert counter(any_broker, EMAILS, "failed") == 0
+
+
+def test_fail_with_a_lease_cutoff_moves_only_an_expired_lease(any_broker: Broker, clock: FakeClock):
+    [task_id] = make_tasks(any_broker, TaskState.ACTIVE, EMAILS)
+    lease_ms = clock.ms(LEASE_SECONDS)
+
+    assert not fail(any_broker, EMAILS, task_id, TaskState.RETRY, lease_cutoff_ms=lease_ms)
+    assert state_of(any_broker, EMAILS, task_id) == "active"
+    assert fail(any_broker, EMAILS, task_id, TaskState.RETRY, lease_cutoff_ms=lease_ms + 1)
+    assert state_of(any_broker, EMAILS, task_id) == "retry"
+
+
+def test_a_renewed_lease_is_not_recovered(any_broker: Broker, clock: FakeClock):
+    [task_id] = make_tasks(any_broker, TaskState.ACTIVE, EMAILS)
+    clock.advance(LEASE_SECONDS + 1)
+    [(expired, owner)] = any_broker.expired_leases(EMAILS, cutoff_ms=clock.ms())
+    # The worker renews its lease between the recoverer's look and its move.
+    any_broker.extend_leases(EMAILS, [task_id], worker_id=WORKER, lease_expiry_ms=clock.ms(30))
+
+    assert not fail(
+        any_broker, EMAILS, expired.id, TaskState.RETRY, worker_id=owner, lease_cutoff_ms=clock.ms()
+    )
+    assert state_of(any_broker, EMAILS, task_id) == "active"
+
+
+def test_fail_only_goes_to_retry_or_archived(any_broker: Broker):
+    [task_id] = make_tasks(any_broker, TaskState.ACTIVE, EMAILS)
+
+    with pytest.raises(ValueError, match="retry or archived"):
+        fail(any_broker, EMAILS, task_id, TaskState.PENDING)
+
+
+# Requeueing and leases
+
+
+def test_requeue_puts_tasks_back_at_the_front(any_broker: Broker):
+    claimed = make_tasks(any_broker, TaskState.ACTIVE, SEARCH, count=3)
+    waiting = enqueue(any_broker, SEARCH, 2)
+
+    assert any_broker.requeue(SEARCH, claimed[1:], worker_id=WORKER) == 2
+
+    for task_id in claimed[1:]:
+        assert state_of(any_broker, SEARCH, task_id) == "pending"
+        assert column(any_broker, SEARCH, "owner", task_id) is None
+    assert ids_in(any_broker, SEARCH, TaskState.ACTIVE) == claimed[:1]
+    assert set(claim_ids(any_broker, SEARCH, limit=2)) == set(claimed[1:])
+    assert claim_ids(any_broker, SEARCH) == waiting
+
+
+def test_requeue_skips_tasks_of_another_worker(any_broker: Broker):
+    [task_id] = make_tasks(any_broker, TaskState.ACTIVE, SEARCH)
+
+    assert any_broker.requeue(SEARCH, [task_id], worker_id=OTHER_WORKER) == 0
+    assert any_broker.requeue(SEARCH, [], worker_id=WORKER) == 0
+    assert state_of(any_broker, SEARCH, task_id) == "active"
+
+
+def test_extend_leases_extends_only_the_owners_tasks(any_broker: Broker, clock: FakeClock):
+    mine = make_tasks(any_broker, TaskState.ACTIVE, BILLING, count=2)
+    [theirs] = enqueue(any_broker, BILLING)
+    claim(any_broker, BILLING, worker=OTHER_WORKER)
+
+    extended = any_broker.extend_leases(
+        BILLING, [*mine, theirs], worker_id=WORKER, lease_expiry_ms=clock.ms(300)
+    )
+
+    assert extended == 2
+    leases = scores_in(any_broker, BILLING, TaskState.ACTIVE)
+    assert leases == {mine[0]: clock.ms(300), mine[1]: clock.ms(300), theirs: clock.ms(LEASE_SECONDS)}
+
+
+def test_expired_leases_lists_tasks_whose_lease_ended(any_broker: Broker, clock: FakeClock):
+    old = make_tasks(any_broker, TaskState.ACTIVE, BILLING, count=3)
+    clock.advance(10)
+    make_tasks(any_broker, TaskState.ACTIVE, BILLING)
+    clock.advance(LEASE_SECONDS)
+
+    expired = any_broker.expired_leases(BILLING, cutoff_ms=clock.ms())
+    assert sorted((task.id, owner) for task, owner in expired) == sorted((i, WORKER) for i in old)
+    assert {TaskMessage.from_json(task.raw_message).id for task, _ in expired} == set(old)
+    assert len(any_broker.expired_leases(BILLING, cutoff_ms=clock.ms(), limit=2)) == 2
+    assert any_broker.expired_leases(SEARCH, cutoff_ms=clock.ms()) == []
+
+
+# Forwarding
+
+
+def test_forward_moves_only_due_tasks(any_broker: Broker, clock: FakeClock):
+    soon = enqueue(any_broker, SEARCH, 2, process_at=clock.now + 10)
+    late = enqueue(any_broker, SEARCH, 1, process_at=clock.now + 100)
+    [retrying] = make_tasks(any_broker, TaskState.RETRY, SEARCH)  # due in 60 s
+    assert any_broker.forward(SEARCH) == 0
+
+    clock.advance(60)
+
+    assert any_broker.forward(SEARCH) == 3
+    pending = ids_in(any_broker, SEARCH, TaskState.PENDING)
+    assert set(pending[:2]) == set(soon)  # due at the same time: in either order
+    assert pending[2] == retrying
+    assert ids_in(any_broker, SEARCH, TaskState.SCHEDULED) == late
+    assert state_of(any_broker, SEARCH, retrying) == "pending"
+
+
+def test_forward_keeps_going_past_one_batch(any_broker: Broker, clock: FakeClock):
+    scheduled = make_tasks(any_broker, TaskState.SCHEDULED, EMAILS, count=5)
+    retrying = make_tasks(any_broker, TaskState.RETRY, EMAILS, count=3)
+    clock.advance(60)
+
+    assert any_broker.forward(EMAILS, limit=2) == 8
+    assert set(ids_in(any_broker, EMAILS, TaskState.PENDING)) == {*scheduled, *retrying}
+
+
+# Trimming
+
+
+def archive_at(broker: Broker, clock: FakeClock, count: int) -> list[str]:
+    """Archive `count` pending tasks of EMAILS one second apart, oldest first."""
+    ids = enqueue(broker, EMAILS, count)
+    for task_id in ids:
+        Inspector(broker).archive(EMAILS, [task_id])
+        clock.advance(1)
+    return ids
+
+
+def test_trim_deletes_completed_tasks_past_their_retention(any_broker: Broker, clock: FakeClock):
+    ended = make_tasks(any_broker, TaskState.COMPLETED, EMAILS, count=3)  # retention 60 s
+    clock.advance(30)
+    kept = make_tasks(any_broker, TaskState.COMPLETED, EMAILS)
+    clock.advance(30)
+
+    assert any_broker.trim(EMAILS, archive_max_age_ms=10**9, archive_max_size=100, limit=2) == 3
+
+    assert ids_in(any_broker, EMAILS, TaskState.COMPLETED) == kept
+    for task_id in ended:
+        assert holds_columns(any_broker, EMAILS, task_id) == []
+
+
+def test_trim_deletes_archived_tasks_past_the_max_age(any_broker: Broker, clock: FakeClock):
+    ids = archive_at(any_broker, clock, 5)  # archived 5, 4, 3, 2 and 1 s ago
+
+    assert any_broker.trim(EMAILS, archive_max_age_ms=2500, archive_max_size=100, limit=2) == 3
+
+    assert ids_in(any_broker, EMAILS, TaskState.ARCHIVED) == ids[3:]
+    assert holds_columns(any_broker, EMAILS, ids[0]) == []
+
+
+def test_trim_cuts_the_archive_to_its_max_size_oldest_first(any_broker: Broker, clock: FakeClock):
+    ids = archive_at(any_broker, clock, 6)
+
+    assert any_broker.trim(EMAILS, archive_max_age_ms=5500, archive_max_size=2, limit=1) == 4
+
+    assert ids_in(any_broker, EMAILS, TaskState.ARCHIVED) == ids[4:]
+    assert any_broker.trim(EMAILS, archive_max_age_ms=5500, archive_max_size=2) == 0
+
+
+# Drained, paused, workers
+
+
+def test_is_drained(any_broker: Broker, clock: FakeClock):
+    assert any_broker.is_drained(QUEUES)
+    make_tasks(any_broker, TaskState.SCHEDULED, SEARCH)
+    make_tasks(any_broker, TaskState.RETRY, BILLING)
+    make_tasks(any_broker, TaskState.ACTIVE, EMAILS)
+    assert any_broker.is_drained(QUEUES)
+
+    clock.advance(60)
+    assert not any_broker.is_drained([SEARCH])
+    assert not any_broker.is_drained([BILLING])
+    assert any_broker.is_drained([EMAILS])
+    enqueue(any_broker, EMAILS)
+    assert not any_broker.is_drained([EMAILS])
+
+
+def test_enqueue_and_resume_wake_idle_workers(any_broker: Broker):
+    with subscribed(any_broker, any_broker.queue(EMAILS).wake_channel) as pubsub:
+        enqueue(any_broker, EMAILS)
+        assert next_message(pubsub)["data"] == "1"
+        enqueue(any_broker, EMAILS)  # pending was not empty: nobody is woken
+        any_broker.resume(EMAILS)
+        assert next_message(pubsub)["data"] == "1"
+        assert pubsub.get_message(timeout=0.05) is None
+
+
+def test_the_worker_registry(any_broker: Broker, clock: FakeClock):
+    any_broker.write_worker("w1", {"id": "w1", "pid": 1}, ttl_seconds=10)
+    any_broker.write_worker("w2", {"id": "w2", "pid": 2}, ttl_seconds=30)
+    assert sorted(w["id"] for w in any_broker.workers()) == ["w1", "w2"]
+
+    clock.advance(15)
+    assert any_broker.workers() == [{"id": "w2", "pid": 2}]
+
+    any_broker.remove_worker("w2")
+    assert any_broker.workers() == []
+    assert any_broker.client.get(any_broker.keys.worker("w2")) is None
+
+
+def test_a_script_missing_from_a_node_is_loaded(cluster_broker: Broker):
+    # The cluster is this suite's own: flushing its script caches disturbs nobody.
+    client = cluster_broker.client
+    for node in client.get_nodes():
+        client.get_redis_connection(node).script_flush()
+
+    cluster_broker.enqueue([message(SEARCH), message(BILLING)])  # pipelined
+    enqueue(cluster_broker, EMAILS)  # on its own
+
+    for queue in QUEUES:
+        assert len(claim_ids(cluster_broker, queue)) == 1

@@ -1,0 +1,163 @@
+"""The Lua scripts as the Broker and Inspector call them: the KEYS and ARGV each script's header
+declares, and every call within one cluster slot."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from redis.crc import key_slot
+from redis.exceptions import ClusterCrossSlotError, RedisClusterException
+
+from django_rtq.broker import Broker, TaskState
+from django_rtq.broker.inspect import Inspector
+from django_rtq.broker.scripts import LuaScript, load_scripts
+from tests.cluster import Cluster, FakeClock
+from tests.test_broker import (
+    BILLING,
+    EMAILS,
+    QUEUES,
+    SEARCH,
+    WORKER,
+    claim_ids,
+    done,
+    fail,
+    ids_in,
+    make_tasks,
+    message,
+)
+
+SCRIPTS = load_scripts()
+#: "-- ARGV[4..] -> five per task: ..." gives the size of each task's group of arguments.
+_PER_TASK = re.compile(r"^-- ARGV\[\d+\.\.\] -> (\w+) per task", re.MULTILINE)
+_NUMBERS = {"two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
+
+
+@dataclass(frozen=True)
+class Call:
+    script: LuaScript
+    keys: tuple[str, ...]
+    args: tuple[Any, ...]
+
+
+def record_script_calls(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> list[Call]:
+    """Record every EVALSHA the broker's client sends, directly or in a pipeline."""
+    by_sha = {script.sha: script for script in SCRIPTS.values()}
+    calls: list[Call] = []
+
+    def recording(execute_command):
+        def wrapper(*command, **options):
+            if str(command[0]).upper() == "EVALSHA":
+                sha, numkeys, *rest = command[1:]
+                calls.append(Call(by_sha[sha], tuple(rest[:numkeys]), tuple(rest[numkeys:])))
+            return execute_command(*command, **options)
+
+        return wrapper
+
+    client = broker.client
+    make_pipeline = client.pipeline
+
+    def pipeline(*args, **kwargs):
+        pipe = make_pipeline(*args, **kwargs)
+        pipe.execute_command = recording(pipe.execute_command)
+        return pipe
+
+    monkeypatch.setattr(client, "execute_command", recording(client.execute_command))
+    monkeypatch.setattr(client, "pipeline", pipeline)
+    return calls
+
+
+def exercise_every_operation(broker: Broker, clock: FakeClock) -> None:
+    """Call each Broker and Inspector operation that runs a script, with and without
+    uniqueness locks, on several queues."""
+    inspector = Inspector(broker)
+    broker.enqueue(
+        [message(queue, unique_key=f"{queue}-lock", unique_ttl=60) for queue in QUEUES]
+        + [message(EMAILS) for _ in range(4)]
+        + [message(BILLING, process_at=clock.now + 10) for _ in range(2)]
+    )
+
+    locked, *plain = claim_ids(broker, EMAILS)
+    broker.extend_leases(EMAILS, plain, worker_id=WORKER, lease_expiry_ms=clock.ms(60))
+    broker.complete(
+        EMAILS, [done(locked, unique_key="emails-lock"), done(plain[0], retention=5)], worker_id=WORKER
+    )
+    fail(broker, EMAILS, plain[1], TaskState.RETRY, retry_at_ms=clock.ms(5))
+    fail(broker, EMAILS, plain[2], TaskState.ARCHIVED, lease_cutoff_ms=clock.ms(61))
+    broker.requeue(EMAILS, plain[3:], worker_id=WORKER)
+
+    [searching] = claim_ids(broker, SEARCH, limit=1)
+    fail(broker, SEARCH, searching, TaskState.ARCHIVED, unique_key="search-lock")
+    clock.advance(10)
+    broker.forward(EMAILS)
+    broker.forward(BILLING)
+
+    inspector.run_now(SEARCH, [searching])
+    inspector.archive(BILLING, ids_in(broker, BILLING, TaskState.PENDING))
+    inspector.delete(SEARCH, [searching])
+    inspector.run_all(BILLING, TaskState.ARCHIVED)
+    inspector.archive_all(BILLING, TaskState.PENDING)
+    inspector.delete_all(BILLING, TaskState.ARCHIVED)
+    make_tasks(broker, TaskState.COMPLETED, SEARCH)
+    clock.advance(3600)
+    broker.trim(EMAILS, archive_max_age_ms=1000, archive_max_size=10)
+    broker.trim(SEARCH, archive_max_age_ms=1000, archive_max_size=10)
+
+
+@pytest.fixture
+def recorded(any_broker: Broker, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> list[Call]:
+    calls = record_script_calls(any_broker, monkeypatch)
+    exercise_every_operation(any_broker, clock)
+    return calls
+
+
+def per_task(script: LuaScript) -> int:
+    """How many arguments each task adds past the fixed ones (1 unless the header says)."""
+    found = _PER_TASK.search(script.source)
+    return _NUMBERS[found.group(1)] if found else 1
+
+
+def check_count(what: str, passed: int, fixed: int, variadic: bool, group: int = 1) -> None:
+    if variadic:
+        assert passed >= fixed, f"{what}: {passed} passed, at least {fixed} declared"
+        assert (passed - fixed) % group == 0, f"{what}: {passed - fixed} extra, not in groups of {group}"
+    else:
+        assert passed == fixed, f"{what}: {passed} passed, {fixed} declared"
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_every_call_passes_the_keys_and_arguments_its_header_declares(recorded: list[Call], name: str):
+    script = SCRIPTS[name]
+    calls = [call for call in recorded if call.script is script]
+    assert calls, f"no operation ran {name}"
+    for call in calls:
+        check_count(f"{name} KEYS", len(call.keys), script.fixed_keys, script.variadic_keys)
+        check_count(f"{name} ARGV", len(call.args), script.fixed_args, script.variadic_args, per_task(script))
+
+
+def test_every_call_touches_one_cluster_slot(recorded: list[Call]):
+    assert recorded
+    for call in recorded:
+        slots = {key_slot(key.encode()) for key in call.keys}
+        assert len(slots) == 1, f"{call.script.name} touches slots {slots}: {call.keys}"
+
+
+def test_some_calls_carry_uniqueness_locks(recorded: list[Call]):
+    """The scenario above does reach the scripts' variadic lock keys."""
+    with_locks = {call.script.name for call in recorded if any(":unique:" in key for key in call.keys)}
+    assert with_locks == {"enqueue", "complete", "fail", "archive_tasks", "delete_tasks"}
+
+
+def test_a_script_over_two_queues_fails_with_crossslot(redis_cluster: Cluster, cluster_broker: Broker):
+    emails, search = cluster_broker.queue(EMAILS), cluster_broker.queue(SEARCH)
+    keys = [emails.active, emails.owner, emails.state, emails.priority, search.pending, search.seq]
+    args = [WORKER, search.wake_channel, "task-1"]
+    source = SCRIPTS["requeue"].source
+
+    for port in redis_cluster.ports:
+        with redis_cluster.node_client(port) as node, pytest.raises(ClusterCrossSlotError):
+            node.eval(source, len(keys), *keys, *args)
+    with pytest.raises(RedisClusterException, match="same key slot"):
+        cluster_broker.run_script("requeue", keys, args)
