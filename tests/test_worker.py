@@ -360,3 +360,26 @@ def test_a_return_value_that_is_not_json_is_archived(run_worker, inspector):
         archived = wait_state(inspector, message.id, TaskState.ARCHIVED)
     assert "not JSON-serializable" in archived.last_error
     assert json.loads(archived.raw_message)["task"] == "tests.testapp.tasks.returns_set"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sync_task_runs_normally_on_a_thread_that_ran_an_async_one(run_worker, inspector):
+    first = tasks.async_add.using(retention=60).enqueue(1, 2)
+    second = tasks.use_database.using(retention=60, max_retries=0).enqueue()
+    with run_worker(concurrency=1):
+        assert wait_state(inspector, first.id, TaskState.COMPLETED).result == 3
+        done = wait_state(inspector, second.id, TaskState.COMPLETED)
+    assert done.result == 1 and done.retried == 0
+
+
+def test_a_handler_can_read_its_own_task(run_worker, inspector):
+    message = tasks.knows_itself.enqueue()
+    async_message = tasks.knows_itself_async.enqueue()
+    with run_worker():
+        done = wait_state(inspector, message.id, TaskState.COMPLETED)
+        async_done = wait_state(inspector, async_message.id, TaskState.COMPLETED)
+    assert done.result == {"id": message.id, "task": message.task, "queue": "default", "retried": 2}
+    assert async_done.result == async_message.id
+    from django_rtq import current_task
+
+    assert current_task() is None

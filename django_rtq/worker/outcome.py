@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import traceback as tb
 from dataclasses import dataclass
 from typing import Any
@@ -9,6 +10,8 @@ from typing import Any
 from ..broker import Broker, ClaimedTask, TaskMessage, TaskState
 from ..exceptions import DeadlineExceeded, NonRetryableError, TaskCancelled
 from ..registry import get_task_type
+
+logger = logging.getLogger(__name__)
 
 #: Errors that archive a task at once, whatever retries it has left.
 NON_RETRYABLE = (NonRetryableError, DeadlineExceeded, TaskCancelled)
@@ -73,4 +76,28 @@ def settle_failure(
         unique_key=message.unique_key if message else None,
         lease_cutoff_ms=lease_cutoff_ms,
     )
-    return target if moved else None
+    if not moved:
+        return None
+    name = message.task if message else "?"
+    if retryable:
+        logger.warning(
+            "task %r (%s) of queue %r failed (%s: %s); retry %d of %d in %.1fs",
+            claimed.id,
+            name,
+            claimed.queue,
+            info["error_type"],
+            info["error"],
+            retried + 1,
+            message.max_retries,
+            retry_at_ms / 1000 - now,
+        )
+    else:
+        logger.error(
+            "task %r (%s) of queue %r failed (%s: %s); archived",
+            claimed.id,
+            name,
+            claimed.queue,
+            info["error_type"],
+            info["error"],
+        )
+    return target

@@ -19,6 +19,7 @@ from django.db import close_old_connections
 
 from ..broker import Broker, ClaimedTask, TaskMessage
 from ..broker.broker import Completion
+from ..context import TaskContext, set_current_task
 from ..exceptions import (
     BrokerUnavailable,
     DeadlineExceeded,
@@ -330,7 +331,7 @@ class Processor:
                     return
                 if job.task_type.is_async and loop is None:
                     loop = asyncio.new_event_loop()
-                if not self._run(job, loop):
+                if not self._run(job, loop if job.task_type.is_async else None):
                     return  # this thread was abandoned; a fresh one took its place
         except BaseException:
             # An interruption meant for an abandoned job may land after its handler returned.
@@ -366,6 +367,15 @@ class Processor:
             job.started_at = time.time()
             self._set_expiry(job)
             self._running[job.id] = job
+            set_current_task(
+                TaskContext(
+                    id=job.id,
+                    task=job.message.task,
+                    queue=job.claimed.queue,
+                    retried=int(job.claimed.info.get("retried", 0)),
+                    max_retries=job.message.max_retries,
+                )
+            )
             if loop is not None:
                 job.loop = loop
                 job.async_task = loop.create_task(self._call_async(job))

@@ -136,3 +136,21 @@ def use_database():
         (value,) = cursor.fetchone()
     seen_connections.append(connection)
     return value
+
+
+@task(max_retries=2, retention=60)
+def knows_itself():
+    """Fail until the last retry, returning what current_task() tells."""
+    from django_rtq import current_task
+
+    context = current_task()
+    if context.retried < context.max_retries:
+        raise RuntimeError("not yet")
+    return {"id": context.id, "task": context.task, "queue": context.queue, "retried": context.retried}
+
+
+@task(retention=60)
+async def knows_itself_async():
+    from django_rtq import current_task
+
+    return current_task().id

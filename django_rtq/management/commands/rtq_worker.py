@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -89,6 +90,6 @@ class Command(BaseCommand):
         logger = logging.getLogger("django_rtq")
         logger.setLevel(level)
         if not logger.handlers and not logging.getLogger().handlers:
-            handler = logging.StreamHandler(self.stderr._out)
+            handler = logging.StreamHandler(sys.stderr)
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
             logger.addHandler(handler)

@@ -1,0 +1,29 @@
+"""What a running handler can learn about its own task."""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskContext:
+    """The task a handler is running for."""
+
+    id: str
+    task: str  # task type name
+    queue: str
+    retried: int  # retries before this attempt
+    max_retries: int
+
+
+_current: ContextVar[TaskContext | None] = ContextVar("rtq_current_task", default=None)
+
+
+def current_task() -> TaskContext | None:
+    """Return the task being run, inside a handler run by a worker; None elsewhere."""
+    return _current.get()
+
+
+def set_current_task(context: TaskContext | None) -> None:
+    _current.set(context)
