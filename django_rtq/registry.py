@@ -48,13 +48,13 @@ class TaskType:
     func: Callable[..., Any]
     name: str
     options: dict[str, Any] = field(default_factory=dict)
+    is_async: bool = field(init=False)  # an `async def` function
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.func))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
-
-    @property
-    def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.func)
 
     @property
     def retry_backoff(self) -> Backoff:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -52,7 +53,13 @@ class Completion:
 
 
 def utc_day(epoch_seconds: float) -> str:
-    return datetime.fromtimestamp(epoch_seconds, UTC).strftime("%Y-%m-%d")
+    """Return the UTC date, as YYYY-MM-DD, of an epoch time (per-day counters are keyed by it)."""
+    return _day_name(int(epoch_seconds // 86400))
+
+
+@functools.lru_cache(maxsize=8)
+def _day_name(day_number: int) -> str:
+    return datetime.fromtimestamp(day_number * 86400, UTC).strftime("%Y-%m-%d")
 
 
 @contextmanager

@@ -32,11 +32,7 @@ class TaskMessage:
     parent: str | None = None
 
     def to_json(self) -> str:
-        return json.dumps(
-            {name: getattr(self, name) for name in _FIELD_NAMES},
-            separators=(",", ":"),
-            allow_nan=False,
-        )
+        return _ENCODER.encode({name: getattr(self, name) for name in _FIELD_NAMES})
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> TaskMessage:
@@ -51,3 +47,4 @@ class TaskMessage:
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(TaskMessage))
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)

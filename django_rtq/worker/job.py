@@ -35,7 +35,7 @@ class Job:
     thread: threading.Thread | None = None
     started_at: float | None = None  # epoch seconds
     expires_at: float | None = None  # time.monotonic() at which the watchdog stops it
-    expiry_error: BaseException | None = None
+    stopped_by_deadline: bool = False  # the deadline, not the timeout, sets expires_at
     loop: asyncio.AbstractEventLoop | None = None
     async_task: asyncio.Task | None = None
     interrupt_error: BaseException | None = None

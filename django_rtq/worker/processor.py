@@ -30,7 +30,7 @@ from ..exceptions import (
 from ..registry import get_task_type
 from .job import Job, JobState, Outcome, Unrunnable, raise_in_thread
 from .outcome import Failure, format_traceback, settle_failure
-from .subscriber import Subscriber
+from .subscriber import POLL_SECONDS, Subscriber
 from .syncer import Syncer, SyncRequest
 
 logger = logging.getLogger(__name__)
@@ -89,22 +89,19 @@ class Processor:
         self._running: dict[str, Job] = {}
         self._work: queue_module.SimpleQueue[Job | None] = queue_module.SimpleQueue()
         self._outcomes: queue_module.SimpleQueue[Outcome | None] = queue_module.SimpleQueue()
-        self._wake = threading.Event()
         self._stopping = threading.Event()
         self._lease_expiry = time.time() + lease_seconds
         self._threads: list[threading.Thread] = []
         self._waker = Subscriber(
             broker=broker,
             channels=[broker.queue(name).wake_channel for name in self.queues],
-            on_message=lambda _: self._wake.set(),
             name="wake-up",
         )
 
     # Lifecycle
 
     def start(self) -> None:
-        self._waker.start()
-        self._waker.subscribed.wait(2.0)
+        self._waker.listen(0)  # subscribe before the first claim, so no wake-up is missed
         for _ in range(self.concurrency):
             self._start_executor()
         self._settler = self._start_thread(self._settle_loop, "rtq-settle")
@@ -115,7 +112,6 @@ class Processor:
         """Stop claiming, let running tasks finish for up to `timeout` seconds, then give the
         unfinished ones back to pending."""
         self._stopping.set()
-        self._wake.set()
         self._fetcher.join()
         deadline = time.monotonic() + timeout
         with self._cond:
@@ -152,7 +148,6 @@ class Processor:
         with self._cond:
             self._owned.clear()
         self._watchdog.join()
-        self._waker.stop()
 
     def _start_thread(self, target: Any, name: str) -> threading.Thread:
         thread = threading.Thread(target=target, name=name, daemon=True)
@@ -218,21 +213,33 @@ class Processor:
                     self._cond.wait(0.5)
                 free = self.capacity - self._in_flight
             if self._stopping.is_set():
-                return
-            self._wake.clear()
+                break
+            while self._waker.listen(0) is not None:
+                pass  # wake-ups that came while we were busy: we are about to claim anyway
             try:
                 claimed = self._claim(free)
                 if claimed:
                     self._dispatch(claimed)
-                    continue
-                if self.burst and self._is_drained():
+                if len(claimed) == free or (claimed and self.burst):
+                    continue  # the queues may hold more
+                if self.burst and not claimed and self._is_drained():
                     self.drained.set()
-                    return
+                    break
             except BrokerUnavailable as exc:
                 logger.warning("cannot claim tasks: %s", exc)
                 self._stopping.wait(UNAVAILABLE_BACKOFF)
                 continue
-            self._wake.wait(self.idle_wait)
+            self._wait_for_work()
+        self._waker.close()
+
+    def _wait_for_work(self) -> None:
+        """Wait until a queue gets work (the broker publishes when a queue's pending set goes
+        from empty to non-empty), at most `idle_wait` seconds, or until stopped."""
+        deadline = time.monotonic() + self.idle_wait
+        while not self._stopping.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._waker.listen(min(remaining, POLL_SECONDS)) is not None:
+                return
 
     def _should_claim(self) -> bool:
         """Claim when half the capacity is free, or at once when a thread would otherwise idle."""
@@ -411,21 +418,21 @@ class Processor:
         return True
 
     def _set_expiry(self, job: Job) -> None:
-        now = time.time()
-        limits = []
-        if job.message.timeout:
-            limits.append(
-                (
-                    job.message.timeout,
-                    TaskTimeout(f"the task ran longer than {job.message.timeout}s"),
-                )
-            )
-        if job.message.deadline is not None:
-            limits.append((job.message.deadline - now, DeadlineExceeded("the task's deadline passed")))
-        if limits:
-            seconds, error = min(limits, key=lambda pair: pair[0])
+        """Note when the watchdog must stop the job: at its timeout, or its deadline if sooner."""
+        message = job.message
+        seconds = message.timeout
+        job.stopped_by_deadline = False
+        if message.deadline is not None:
+            until_deadline = message.deadline - time.time()
+            if seconds is None or until_deadline < seconds:
+                seconds, job.stopped_by_deadline = until_deadline, True
+        if seconds is not None:
             job.expires_at = time.monotonic() + max(0.0, seconds)
-            job.expiry_error = error
+
+    def _expiry_error(self, job: Job) -> BaseException:
+        if job.stopped_by_deadline:
+            return DeadlineExceeded("the task's deadline passed")
+        return TaskTimeout(f"the task ran longer than its timeout of {job.message.timeout}s")
 
     async def _call_async(self, job: Job) -> Any:
         return await job.task_type.func(*job.message.args, **job.message.kwargs)
@@ -453,7 +460,7 @@ class Processor:
                     if job.expires_at is not None and job.expires_at <= now
                 ]
             for job in overdue:
-                self._interrupt(job, job.expiry_error or TaskTimeout("the task ran too long"))
+                self._interrupt(job, self._expiry_error(job))
 
     def _interrupt(self, job: Job, error: BaseException) -> bool:
         """Stop a running job: fail it now and free its slot, whatever its thread is doing."""

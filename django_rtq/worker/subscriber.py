@@ -21,21 +21,57 @@ RETRY_SECONDS = 1.0
 
 class Subscriber:
     """The subscriber hands every message on its channels to `on_message`, subscribing again
-    whenever the connection breaks. The worker runs one on the cancel channel (to stop running
-    tasks) and the processor one on its queues' wake channels (to claim as soon as work comes)."""
+    whenever the connection breaks.
+
+    The worker runs one in a thread of its own on the cancel channel, to stop running tasks.
+    The processor's fetcher drives another by calling `listen()` while it is idle, on its
+    queues' wake channels, so that it claims as soon as work comes.
+    """
 
     def __init__(
-        self, *, broker: Broker, channels: Sequence[str], on_message: Callable[[str], object], name: str
+        self,
+        *,
+        broker: Broker,
+        channels: Sequence[str],
+        on_message: Callable[[str], object] = lambda data: None,
+        name: str,
     ) -> None:
         self.broker = broker
         self.channels = list(channels)
         self.on_message = on_message
         self.name = name
         self.subscribed = threading.Event()
+        self._pubsub: redis.client.PubSub | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    def listen(self, timeout: float = POLL_SECONDS) -> str | None:
+        """Wait up to `timeout` seconds for one message and hand it on; return its data."""
+        try:
+            if self._pubsub is None:
+                self._pubsub = self.broker.client.pubsub(ignore_subscribe_messages=True)
+                self._pubsub.subscribe(*self.channels)
+                self.subscribed.set()
+            message = self._pubsub.get_message(timeout=timeout)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            logger.warning("%s subscription lost (%s); subscribing again", self.name, exc)
+            self.close()
+            self._stop.wait(RETRY_SECONDS)
+            return None
+        if message and message.get("type") in ("message", "smessage"):
+            self.on_message(message["data"])
+            return message["data"]
+        return None
+
+    def close(self) -> None:
+        self.subscribed.clear()
+        pubsub, self._pubsub = self._pubsub, None
+        if pubsub is not None:
+            with contextlib.suppress(Exception):
+                pubsub.close()
+
     def start(self) -> None:
+        """Listen in a thread of its own until `stop()`."""
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, name=f"rtq-{self.name}", daemon=True)
         self._thread.start()
@@ -47,25 +83,8 @@ class Subscriber:
             self._thread = None
 
     def _loop(self) -> None:
-        while not self._stop.is_set():
-            pubsub = self.broker.client.pubsub(ignore_subscribe_messages=True)
-            try:
-                pubsub.subscribe(*self.channels)
-                self.subscribed.set()
-                while not self._stop.is_set():
-                    self.run_once(pubsub)
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
-                self.subscribed.clear()
-                logger.warning("%s subscription lost (%s); subscribing again", self.name, exc)
-                self._stop.wait(RETRY_SECONDS)
-            finally:
-                with contextlib.suppress(Exception):
-                    pubsub.close()
-
-    def run_once(self, pubsub: redis.client.PubSub, timeout: float = POLL_SECONDS) -> str | None:
-        """Wait up to `timeout` seconds for one message and hand it on; return its data."""
-        message = pubsub.get_message(timeout=timeout)
-        if message and message.get("type") in ("message", "smessage"):
-            self.on_message(message["data"])
-            return message["data"]
-        return None
+        try:
+            while not self._stop.is_set():
+                self.listen()
+        finally:
+            self.close()

@@ -1,0 +1,1 @@
+"""Benchmarks of django-rtq (an installed app, so that `bench.tasks` is autodiscovered)."""

@@ -1,0 +1,29 @@
+"""Settings for the benchmarks: a real Redis (RTQ_REDIS_URL), SQLite in memory, quiet logs.
+
+`bench/throughput.py` sets RTQ_BENCH_PREFIX to a fresh key prefix for every run, and its
+worker subprocess inherits it.
+"""
+
+import os
+
+SECRET_KEY = "bench-only"
+DEBUG = False
+USE_TZ = True
+INSTALLED_APPS = ["django_rtq", "bench"]
+DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+RTQ = {
+    "REDIS_URL": os.environ.get("RTQ_REDIS_URL", "redis://127.0.0.1:6379/0"),
+    "KEY_PREFIX": os.environ.get("RTQ_BENCH_PREFIX", "rtqbench"),
+    "QUEUES": {"bench": 1},
+    "DEFAULT_QUEUE": "bench",
+    "RETENTION": 0,
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django_rtq": {"handlers": ["console"], "level": "WARNING"}},
+}
