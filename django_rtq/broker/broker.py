@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import redis
+import redis.cluster
 
 from ..exceptions import BrokerUnavailable, DuplicateTask, TaskIdConflict
 from .keys import Keyspace, QueueKeys
@@ -29,6 +30,8 @@ ENQUEUE_CHUNK = 1000
 BATCH_LIMIT = 100
 #: Seconds a per-day counter is kept.
 DEFAULT_COUNTER_TTL_SECONDS = 90 * 24 * 3600
+#: Seconds a worker's lease on a task lasts unless its heartbeater extends it.
+DEFAULT_LEASE_SECONDS = 30.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,8 +88,14 @@ class Broker:
         prefix: str = "rtq",
         clock: Callable[[], float] = time.time,
         counter_ttl: int = DEFAULT_COUNTER_TTL_SECONDS,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
     ) -> None:
         self.client = client
+        # Handing tasks to idle workers at enqueue relies on PUBLISH counting the clients that
+        # got the message. On a cluster it counts one node's while every node delivers it, so
+        # there idle workers are only woken, and claim.
+        self.hands_off = not isinstance(client, redis.cluster.RedisCluster)
+        self.lease_ms = int(lease_seconds * 1000)  # of a task enqueue hands to an idle worker
         self.keys = Keyspace(prefix)
         self.clock = clock
         self.counter_ttl = int(counter_ttl)
@@ -149,8 +158,19 @@ class Broker:
             qk = self.queue(queue)
             for start in range(0, len(queued), ENQUEUE_CHUNK):
                 chunk = queued[start : start + ENQUEUE_CHUNK]
-                keys = [qk.msg, qk.state, qk.priority, qk.pending, qk.scheduled, qk.seq]
-                args: list[Any] = [now_ms, qk.wake_channel]
+                keys = [
+                    qk.msg,
+                    qk.state,
+                    qk.priority,
+                    qk.pending,
+                    qk.scheduled,
+                    qk.seq,
+                    qk.active,
+                    qk.owner,
+                    qk.idle,
+                    qk.paused,
+                ]
+                args: list[Any] = [now_ms, qk.wake_channel, qk.handoff_prefix, self.lease_ms]
                 for message in chunk:
                     unique_index = 0
                     if message.unique_key:
@@ -196,13 +216,19 @@ class Broker:
 
     # Claiming and settling (the processor's hot path)
 
-    def claim(self, queue: str, *, worker_id: str, lease_expiry_ms: int, limit: int) -> list[ClaimedTask]:
-        """Claim up to `limit` pending tasks of a queue under a lease held by `worker_id`."""
+    def claim(
+        self, queue: str, *, worker_id: str, lease_expiry_ms: int, limit: int, idle_until_ms: int = 0
+    ) -> list[ClaimedTask]:
+        """Claim up to `limit` pending tasks of a queue under a lease held by `worker_id`.
+
+        With `idle_until_ms`, a worker that gets fewer than `limit` is registered as idle
+        until then: the next task enqueued to the empty queue is handed to it directly.
+        """
         qk = self.queue(queue)
         reply = self.run_script(
             "claim",
-            [qk.pending, qk.active, qk.state, qk.owner, qk.msg, qk.info, qk.paused],
-            [lease_expiry_ms, worker_id, limit],
+            [qk.pending, qk.active, qk.state, qk.owner, qk.msg, qk.info, qk.paused, qk.idle],
+            [lease_expiry_ms, worker_id, limit, idle_until_ms],
         )
         return [
             ClaimedTask(
@@ -213,6 +239,14 @@ class Broker:
             )
             for i in range(0, len(reply), 3)
         ]
+
+    def leave_idle(self, queues: Iterable[str], *, worker_id: str) -> None:
+        """Stop being handed tasks in these queues (a worker shutting down)."""
+        with translate_errors():
+            pipe = self.client.pipeline(transaction=False)
+            for queue in queues:
+                pipe.zrem(self.queue(queue).idle, worker_id)
+            pipe.execute()
 
     def complete(self, queue: str, completions: Sequence[Completion], *, worker_id: str) -> int:
         """Settle successful attempts; return how many this worker still held."""

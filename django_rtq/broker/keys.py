@@ -79,8 +79,19 @@ class QueueKeys:
         return self.prefix + "paused"
 
     @property
+    def idle(self) -> str:  # ZSET worker id -> registration expiry (ms): workers waiting for work
+        return self.prefix + "idle"
+
+    @property
     def wake_channel(self) -> str:  # pub/sub channel: pending went from empty to non-empty
         return self.prefix + "wake"
+
+    @property
+    def handoff_prefix(self) -> str:
+        return self.prefix + "handoff:"
+
+    def handoff_channel(self, worker_id: str) -> str:  # pub/sub channel: tasks handed to a worker
+        return self.handoff_prefix + worker_id
 
     @property
     def columns(self) -> tuple[str, ...]:

@@ -41,6 +41,8 @@ SETTLE_BATCH = 1000
 WATCHDOG_INTERVAL = 0.05
 #: Seconds an async task gets to honour a cancellation before its thread is abandoned.
 ASYNC_CANCEL_GRACE = 2.0
+#: Seconds a stopping fetcher listens for tasks handed over just before it left the idle lists.
+HANDOFF_DRAIN_SECONDS = 0.05
 #: Seconds to wait before claiming again after Redis was unreachable.
 UNAVAILABLE_BACKOFF = 1.0
 
@@ -92,9 +94,12 @@ class Processor:
         self._stopping = threading.Event()
         self._lease_expiry = time.time() + lease_seconds
         self._threads: list[threading.Thread] = []
+        # The fetcher listens, while idle, for wake-ups and for tasks handed to it at enqueue.
+        self._handoff_queues = {broker.queue(name).handoff_channel(worker_id): name for name in self.queues}
         self._waker = Subscriber(
             broker=broker,
-            channels=[broker.queue(name).wake_channel for name in self.queues],
+            channels=[broker.queue(name).wake_channel for name in self.queues] + list(self._handoff_queues),
+            on_message=self._on_message,
             name="wake-up",
         )
 
@@ -230,7 +235,23 @@ class Processor:
                 self._stopping.wait(UNAVAILABLE_BACKOFF)
                 continue
             self._wait_for_work()
+        self._leave_idle()
+
+    def _leave_idle(self) -> None:
+        """Stop being handed tasks; take in those handed over meanwhile (stop() gives them back)."""
+        try:
+            self.broker.leave_idle(self.queues, worker_id=self.worker_id)
+            while self._waker.listen(HANDOFF_DRAIN_SECONDS) is not None:
+                pass
+        except BrokerUnavailable as exc:
+            logger.warning("could not leave the idle lists (%s); their entries expire by themselves", exc)
         self._waker.close()
+
+    def _on_message(self, channel: str, data: str) -> None:
+        queue = self._handoff_queues.get(channel)
+        if queue is not None:  # a task handed to this worker, already under its lease
+            task_id, _, raw_message = data.partition("\n")
+            self._dispatch([ClaimedTask(id=task_id, queue=queue, raw_message=raw_message or None)])
 
     def _wait_for_work(self) -> None:
         """Wait until a queue gets work (the broker publishes when a queue's pending set goes
@@ -260,13 +281,17 @@ class Processor:
 
     def _claim(self, limit: int) -> list[ClaimedTask]:
         claimed: list[ClaimedTask] = []
-        lease_expiry_ms = int((time.time() + self.lease_seconds) * 1000)
+        now = time.time()
+        lease_expiry_ms = int((now + self.lease_seconds) * 1000)
+        # Long enough to outlast the idle wait before the next claim renews it.
+        idle_until_ms = int((now + 2 * self.idle_wait + 1) * 1000) if self.broker.hands_off else 0
         for queue in self.queue_order() if len(self.queues) > 1 else self.queues:
             claimed += self.broker.claim(
                 queue,
                 worker_id=self.worker_id,
                 lease_expiry_ms=lease_expiry_ms,
                 limit=limit - len(claimed),
+                idle_until_ms=idle_until_ms,
             )
             if len(claimed) >= limit:
                 break

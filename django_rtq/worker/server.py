@@ -97,7 +97,7 @@ class Worker:
         self.subscriber = Subscriber(
             broker=self.broker,
             channels=[self.broker.keys.cancel_channel],
-            on_message=self.processor.cancel,
+            on_message=lambda channel, task_id: self.processor.cancel(task_id),
             name="cancel",
         )
 

@@ -20,7 +20,7 @@ RETRY_SECONDS = 1.0
 
 
 class Subscriber:
-    """The subscriber hands every message on its channels to `on_message`, subscribing again
+    """The subscriber hands every message on its channels to `on_message(channel, data)`, subscribing again
     whenever the connection breaks.
 
     The worker runs one in a thread of its own on the cancel channel, to stop running tasks.
@@ -33,7 +33,7 @@ class Subscriber:
         *,
         broker: Broker,
         channels: Sequence[str],
-        on_message: Callable[[str], object] = lambda data: None,
+        on_message: Callable[[str, str], object] = lambda channel, data: None,
         name: str,
     ) -> None:
         self.broker = broker
@@ -59,7 +59,7 @@ class Subscriber:
             self._stop.wait(RETRY_SECONDS)
             return None
         if message and message.get("type") in ("message", "smessage"):
-            self.on_message(message["data"])
+            self.on_message(message["channel"], message["data"])
             return message["data"]
         return None
 

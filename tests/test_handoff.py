@@ -1,0 +1,97 @@
+"""Handing a task enqueued to an empty queue straight to an idle worker."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from django_rtq.broker import TaskState
+from django_rtq.worker.server import Worker
+from tests.conftest import wait_for
+from tests.testapp import tasks
+
+
+@pytest.fixture
+def listener(broker):
+    """A pub/sub connection listening as worker 'w1' would for its hand-offs."""
+    pubsub = broker.client.pubsub(ignore_subscribe_messages=True)
+    pubsub.subscribe(broker.queue("default").handoff_channel("w1"))
+    wait_for(lambda: broker.client.pubsub_numsub(broker.queue("default").handoff_channel("w1"))[0][1] == 1)
+    yield pubsub
+    pubsub.close()
+
+
+def go_idle(broker, worker_id="w1"):
+    now = broker.now_ms()
+    assert (
+        broker.claim(
+            "default", worker_id=worker_id, lease_expiry_ms=now + 30_000, limit=5, idle_until_ms=now + 5_000
+        )
+        == []
+    )
+
+
+def test_a_short_claim_registers_the_worker_as_idle_and_a_full_one_does_not(broker):
+    go_idle(broker)
+    idle = broker.queue("default").idle
+    assert broker.client.zscore(idle, "w1") is not None
+    tasks.record.enqueue("x")  # nobody listens on w1's channel: it stays pending
+    assert broker.client.zscore(idle, "w1") is None
+    claimed = broker.claim(
+        "default",
+        worker_id="w1",
+        lease_expiry_ms=broker.now_ms() + 1000,
+        limit=1,
+        idle_until_ms=broker.now_ms() + 5000,
+    )
+    assert len(claimed) == 1 and broker.client.zscore(idle, "w1") is None
+
+
+def test_an_idle_listening_worker_is_handed_the_task(broker, listener):
+    go_idle(broker)
+    message = tasks.record.enqueue("handed")
+    qk = broker.queue("default")
+    assert broker.client.hget(qk.state, message.id) == TaskState.ACTIVE
+    assert broker.client.hget(qk.owner, message.id) == "w1"
+    assert broker.client.zcard(qk.pending) == 0
+    received = wait_for(lambda: listener.get_message(timeout=0.1))
+    task_id, _, body = received["data"].partition("\n")
+    assert task_id == message.id and json.loads(body)["id"] == message.id
+    second = tasks.record.enqueue("queued")  # w1 is no longer idle: this one waits in pending
+    assert broker.client.hget(qk.state, second.id) == TaskState.PENDING
+
+
+def test_a_registered_worker_that_does_not_listen_gets_nothing(broker):
+    go_idle(broker, "gone")
+    message = tasks.record.enqueue("kept")
+    qk = broker.queue("default")
+    assert broker.client.hget(qk.state, message.id) == TaskState.PENDING
+    assert broker.client.zcard(qk.idle) == 0
+
+
+@pytest.mark.parametrize("blocker", ["paused", "pending", "scheduled"])
+def test_no_hand_off_when_paused_behind_others_or_not_due(broker, listener, blocker):
+    qk = broker.queue("default")
+    if blocker == "pending":
+        tasks.record.enqueue("ahead")
+        broker.client.zadd(qk.idle, {"w1": broker.now_ms() + 5_000})  # as a short claim would
+    else:
+        go_idle(broker)
+    if blocker == "paused":
+        broker.pause("default")
+    message = tasks.record.using(delay=60 if blocker == "scheduled" else None).enqueue("held")
+    expected = TaskState.SCHEDULED if blocker == "scheduled" else TaskState.PENDING
+    assert broker.client.hget(qk.state, message.id) == expected
+
+
+def test_a_worker_leaves_the_idle_set_when_it_stops(broker, redis_client):
+    worker = Worker(broker=broker, queues={"default": 1})
+    worker.start()
+    idle = broker.queue("default").idle
+    wait_for(lambda: broker.client.zscore(idle, worker.id) is not None)
+    message = tasks.record.using(retention=60).enqueue("idle-worker")
+    wait_for(lambda: redis_client.lrange(tasks.report_key("idle-worker"), 0, -1))
+    worker.stop()
+    assert broker.client.zcard(idle) == 0
+    assert broker.client.hget(broker.queue("default").state, message.id) == TaskState.COMPLETED
