@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 import redis
 
 from ..broker import Broker
+from .component import Component
 
 logger = logging.getLogger(__name__)
 
@@ -19,13 +20,13 @@ POLL_SECONDS = 0.25
 RETRY_SECONDS = 1.0
 
 
-class Subscriber:
-    """The subscriber hands every message on its channels to `on_message(channel, data)`, subscribing again
-    whenever the connection breaks.
+class Subscriber(Component):
+    """The subscriber hands every message on its channels to `on_message(channel, data)`,
+    subscribing again whenever the connection breaks.
 
-    The worker runs one in a thread of its own on the cancel channel, to stop running tasks.
+    The worker starts one, in a thread of its own, on the cancel channel to stop running tasks.
     The processor's fetcher drives another by calling `listen()` while it is idle, on its
-    queues' wake channels, so that it claims as soon as work comes.
+    queues' wake-up and hand-off channels, so that it gets to work as soon as work comes.
     """
 
     def __init__(
@@ -36,14 +37,13 @@ class Subscriber:
         on_message: Callable[[str, str], object] = lambda channel, data: None,
         name: str,
     ) -> None:
+        self.name = name
+        super().__init__(interval=0)  # in a thread of its own, it listens again at once
         self.broker = broker
         self.channels = list(channels)
         self.on_message = on_message
-        self.name = name
         self.subscribed = threading.Event()
         self._pubsub: redis.client.PubSub | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def listen(self, timeout: float = POLL_SECONDS) -> str | None:
         """Wait up to `timeout` seconds for one message and hand it on; return its data."""
@@ -70,21 +70,9 @@ class Subscriber:
             with contextlib.suppress(Exception):
                 pubsub.close()
 
-    def start(self) -> None:
-        """Listen in a thread of its own until `stop()`."""
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name=f"rtq-{self.name}", daemon=True)
-        self._thread.start()
+    def run_once(self) -> None:
+        self.listen()
 
     def stop(self, timeout: float | None = 5.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
-
-    def _loop(self) -> None:
-        try:
-            while not self._stop.is_set():
-                self.listen()
-        finally:
-            self.close()
+        super().stop(timeout)
+        self.close()
