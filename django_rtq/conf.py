@@ -124,9 +124,12 @@ def parse_queues(queues: Any) -> dict[str, int]:
     return parsed
 
 
+_FORBIDDEN_IN_QUEUE_NAMES = frozenset("{}: \t\n\r")
+
+
 def validate_queue_name(name: str) -> None:
     """Reject queue names that would break the key layout (hash tags use braces)."""
-    if not name or any(ch in name for ch in "{}: \t\n"):
+    if not name or not _FORBIDDEN_IN_QUEUE_NAMES.isdisjoint(name):
         raise ImproperlyConfigured(
             f"Queue name {name!r} is invalid: it must be non-empty and contain no braces, colons or spaces."
         )
