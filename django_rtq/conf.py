@@ -33,6 +33,10 @@ DEFAULT_IDLE_WAIT_SECONDS = 1.0  # longest an idle worker waits before claiming 
 DEFAULT_ARCHIVE_MAX_SIZE = 10_000
 DEFAULT_ARCHIVE_MAX_AGE_SECONDS = 90 * 24 * 3600.0
 DEFAULT_STATS_TTL_SECONDS = 90 * 24 * 3600.0  # how long per-day counters are kept
+DEFAULT_MIRROR_INTERVAL_SECONDS = 1.0
+DEFAULT_MIRROR_BATCH_SIZE = 500
+DEFAULT_MIRROR_MAX_AGE_SECONDS = 30 * 24 * 3600.0  # rows older than this are pruned by rtq_prune
+DEFAULT_SCHEDULER_INTERVAL_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,6 +44,10 @@ class RTQSettings:
     """The effective settings, read from `settings.RTQ` with defaults for every key."""
 
     REDIS_URL: str = ""
+    # extra keyword arguments for the redis-py client (socket timeouts, ssl options, ...)
+    REDIS_OPTIONS: dict[str, Any] = field(default_factory=dict)
+    # alias of a django-redis cache whose connection settings to use instead of REDIS_URL
+    CACHE_ALIAS: str | None = None
     KEY_PREFIX: str = DEFAULT_KEY_PREFIX
     # queue name -> weight; workers started without --queues serve these
     QUEUES: dict[str, int] = field(default_factory=lambda: {DEFAULT_QUEUE: 1})
@@ -67,6 +75,15 @@ class RTQSettings:
     STATS_TTL: float = DEFAULT_STATS_TTL_SECONDS
     # dotted path or callable, called with (healthy: bool, error: Exception | None)
     HEALTH_CHECK: Any = None
+    # the ORM mirror of finished tasks (django_rtq.models.FinishedTask)
+    MIRROR: bool = True
+    MIRROR_INTERVAL: float = DEFAULT_MIRROR_INTERVAL_SECONDS
+    MIRROR_BATCH_SIZE: int = DEFAULT_MIRROR_BATCH_SIZE
+    MIRROR_MAX_AGE: float = DEFAULT_MIRROR_MAX_AGE_SECONDS
+    MIRROR_DATABASE: str = "default"
+    # periodic tasks: name -> {"task": ..., "cron": ... | "every": seconds, "args", "kwargs", ...}
+    PERIODIC: dict[str, dict[str, Any]] = field(default_factory=dict)
+    SCHEDULER_INTERVAL: float = DEFAULT_SCHEDULER_INTERVAL_SECONDS
 
 
 @functools.cache
