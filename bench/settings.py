@@ -1,4 +1,4 @@
-"""Settings for the benchmarks: a real Redis (RTQ_REDIS_URL), SQLite in memory, quiet logs.
+"""Settings for the benchmarks: a real Redis (RTQ_REDIS_URL), SQLite, quiet logs.
 
 `bench/throughput.py` sets RTQ_BENCH_PREFIX to a fresh key prefix for every run, and its
 worker subprocess inherits it.
@@ -10,7 +10,11 @@ SECRET_KEY = "bench-only"
 DEBUG = False
 USE_TZ = True
 INSTALLED_APPS = ["django_rtq", "bench"]
-DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+# A file when the ORM mirror is measured (bench/throughput.py makes one), so that the worker
+# process and the benchmark share it.
+DATABASES = {
+    "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": os.environ.get("RTQ_BENCH_DB", ":memory:")}
+}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 RTQ = {
@@ -19,6 +23,7 @@ RTQ = {
     "QUEUES": {"bench": 1},
     "DEFAULT_QUEUE": "bench",
     "RETENTION": 0,
+    "MIRROR": os.environ.get("RTQ_BENCH_MIRROR") == "1",
 }
 
 LOGGING = {

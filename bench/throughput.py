@@ -3,11 +3,13 @@
 Run from the repository root:
 
     python bench/throughput.py [--tasks 20000] [--latency-tasks 500] [--concurrency 10]
-                               [--redis-url redis://127.0.0.1:6379/0]
+                               [--mirror both|on|off] [--redis-url redis://127.0.0.1:6379/0]
 
 It measures, one printed line each: enqueueing one by one, bulk enqueueing, draining a
-queue with one worker process, and the end-to-end latency of single tasks sent to an idle
-worker. Every run uses a fresh key prefix ("rtqbench-<random>") and deletes its keys at the end.
+queue with one worker process (with the ORM mirror of finished tasks off, then on: the
+worker writes every finished task to an SQLite file), and the end-to-end latency of single
+tasks sent to an idle worker. Every run uses a fresh key prefix ("rtqbench-<random>") and
+deletes its keys at the end.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -45,6 +48,12 @@ def parse_args() -> argparse.Namespace:
         "--redis-url",
         default=os.environ.get("RTQ_REDIS_URL") or DEFAULT_REDIS_URL,
         help="Redis to use",
+    )
+    parser.add_argument(
+        "--mirror",
+        choices=["both", "on", "off"],
+        default="both",
+        help="drain with the ORM mirror of finished tasks off, on, or both (off first)",
     )
     parser.add_argument(
         "--latency-gap",
@@ -198,15 +207,18 @@ def stop_worker(worker: subprocess.Popen) -> int | None:
     return worker.returncode
 
 
-def bench_drain(n: int, concurrency: int, broker, inspector, workers: list) -> None:
+def bench_drain(n: int, concurrency: int, broker, inspector, workers: list, *, mirror: bool) -> None:
     from bench.tasks import noop
     from django_rtq import enqueue_many
     from django_rtq.broker.broker import utc_day
+    from django_rtq.models import FinishedTask
 
     qk = broker.queue(QUEUE)
     client = broker.client
     inspector.pause(QUEUE)
+    FinishedTask.objects.all().delete()
     enqueue_many([noop.prepare() for _ in range(n)])
+    os.environ["RTQ_BENCH_MIRROR"] = "1" if mirror else "0"  # read by the worker process
     worker = start_worker(concurrency, inspector)
     workers.append(worker)
 
@@ -243,10 +255,18 @@ def bench_drain(n: int, concurrency: int, broker, inspector, workers: list) -> N
         time.sleep(POLL_INTERVAL)
     elapsed = time.perf_counter() - start
     print(
-        f"drain: {n} tasks in {elapsed:.2f} s = {rate(n, elapsed)} tasks/s "
-        f"(1 worker process, concurrency {concurrency})",
+        f"drain, mirror {'on' if mirror else 'off'}: {n} tasks in {elapsed:.2f} s = {rate(n, elapsed)} "
+        f"tasks/s (1 worker process, concurrency {concurrency})",
         flush=True,
     )
+    if mirror:
+        deadline = time.monotonic() + DRAIN_TIMEOUT
+        while (rows := FinishedTask.objects.count()) < n:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"mirroring timed out: {rows} of {n} rows written")
+            time.sleep(POLL_INTERVAL * 10)
+        lag = time.perf_counter() - start - elapsed
+        print(f"mirror: all {n} finished tasks in the ORM {lag:.2f} s after the drain ended", flush=True)
 
 
 def bench_latency(m: int, gap: float, broker) -> None:
@@ -342,7 +362,13 @@ def bench_latency_floor(m: int, gap: float, client, redis_url: str, prefix: str)
 def main() -> int:
     args = parse_args()
     prefix = f"rtqbench-{uuid.uuid4().hex[:10]}"
+    handle, database = tempfile.mkstemp(prefix="rtqbench-", suffix=".sqlite3")
+    os.close(handle)
+    os.environ["RTQ_BENCH_DB"] = database
     setup_django(args.redis_url, prefix)
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
 
     from django_rtq import get_broker, get_inspector
 
@@ -361,7 +387,11 @@ def main() -> int:
         print(ping_line(client, args.latency_gap), flush=True)
         bench_enqueue_one_by_one(args.tasks, broker, clear_queue)
         bench_enqueue_bulk(args.tasks, clear_queue)
-        bench_drain(args.tasks, args.concurrency, broker, inspector, workers)
+        modes = {"both": [False, True], "on": [True], "off": [False]}[args.mirror]
+        for mirror in modes:
+            if workers:
+                stop_worker(workers.pop())
+            bench_drain(args.tasks, args.concurrency, broker, inspector, workers, mirror=mirror)
         bench_latency(args.latency_tasks, args.latency_gap, broker)
         bench_latency_floor(args.latency_tasks, args.latency_gap, client, args.redis_url, prefix)
         code = stop_worker(workers.pop())
@@ -373,6 +403,7 @@ def main() -> int:
         for worker in workers:
             stop_worker(worker)
         delete_keys(client, prefix + ":*")
+        os.unlink(database)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The app config: finds the `tasks` modules of installed apps."""
+"""The app config: finds the `tasks` modules of installed apps and registers the system checks."""
 
 from django.apps import AppConfig
 from django.utils.module_loading import autodiscover_modules
@@ -11,3 +11,4 @@ class RTQConfig(AppConfig):
 
     def ready(self) -> None:
         autodiscover_modules("tasks")
+        from . import checks  # noqa: F401  (registers the system checks)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -15,6 +15,10 @@ class TaskContext:
     queue: str
     retried: int  # retries before this attempt
     max_retries: int
+    worker_id: str = ""
+    enqueued_at: float = 0.0  # epoch seconds
+    started_at: float = 0.0  # of this attempt, epoch seconds
+    info: dict = field(default_factory=dict)  # attempt facts before this attempt (workers, errors)
 
 
 _current: ContextVar[TaskContext | None] = ContextVar("rtq_current_task", default=None)

@@ -1,1 +1,58 @@
-"""Models of django-rtq. Live task state is in Redis, not here."""
+"""Models of django-rtq: the ORM mirror of finished tasks. Live task state is in Redis, not here."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+
+class FinishedTask(models.Model):
+    """A task that has left the live queue: succeeded, or failed for good (archived).
+
+    Rows are written in batches by the worker's mirror from a buffer that the finishing
+    Lua step fills, keyed by task id: writing one twice changes nothing.
+    """
+
+    class Status(models.TextChoices):
+        SUCCEEDED = "succeeded", _("Succeeded")
+        FAILED = "failed", _("Failed")
+
+    task_id = models.CharField(_("task id"), max_length=255, primary_key=True)
+    task_name = models.CharField(_("task"), max_length=255)
+    queue = models.CharField(_("queue"), max_length=255)
+    status = models.CharField(_("status"), max_length=16, choices=Status.choices)
+    args = models.JSONField(_("arguments"), default=list)
+    kwargs = models.JSONField(_("keyword arguments"), default=dict)
+    priority = models.SmallIntegerField(_("priority"), default=0)
+    return_value = models.JSONField(_("return value"), null=True, blank=True)
+    error_class = models.CharField(_("error class"), max_length=255, blank=True)
+    error_message = models.TextField(_("error message"), blank=True)
+    traceback = models.TextField(_("traceback"), blank=True)
+    # every attempt's error, oldest first: [{"type", "message", "traceback"}, ...]
+    errors = models.JSONField(_("errors"), default=list, blank=True)
+    attempts = models.PositiveIntegerField(_("attempts"), default=1)
+    worker = models.CharField(_("worker"), max_length=255, blank=True)  # of the last attempt
+    workers = models.JSONField(_("workers"), default=list, blank=True)  # one per attempt
+    enqueued_at = models.DateTimeField(_("enqueued at"), null=True, blank=True)
+    started_at = models.DateTimeField(_("started at"), null=True, blank=True)
+    finished_at = models.DateTimeField(_("finished at"))
+    duration = models.DurationField(_("duration"), null=True, blank=True)
+    parent_id = models.CharField(_("parent id"), max_length=255, blank=True, db_index=True)
+
+    class Meta:
+        verbose_name = _("finished task")
+        verbose_name_plural = _("finished tasks")
+        ordering = ["-finished_at"]
+        indexes = [
+            models.Index(fields=["-finished_at"], name="rtq_finished_at"),
+            models.Index(fields=["status", "-finished_at"], name="rtq_finished_status"),
+            models.Index(fields=["queue", "-finished_at"], name="rtq_finished_queue"),
+            models.Index(fields=["task_name", "-finished_at"], name="rtq_finished_task"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_name} {self.task_id} ({self.status})"
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status == self.Status.SUCCEEDED

@@ -14,7 +14,9 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
+from django.utils.module_loading import import_string
 
+from . import signals
 from .broker.message import MAX_PRIORITY, MIN_PRIORITY, TaskMessage
 from .conf import get_settings, validate_queue_name
 from .connection import get_broker
@@ -33,15 +35,19 @@ TYPE_OPTIONS = frozenset(
         "unique",
         "unique_key",
         "retention",
+        "cron",
+        "every",
     }
 )
+#: Type options that make a task periodic (see periodic.py); not for one call.
+SCHEDULE_OPTIONS = frozenset({"cron", "every"})
 #: Options that only make sense for one call, through `.using(...)`.
 CALL_OPTIONS = frozenset({"delay", "process_at", "task_id"})
 
 _registry: dict[str, TaskType] = {}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # hashable by identity: it is a signal sender
 class TaskType:
     """A registered task function, with its options. Call it to run the function directly."""
 
@@ -62,7 +68,7 @@ class TaskType:
 
     def using(self, **options: Any) -> TaskType:
         """Return this task type with options overridden for the calls made through it."""
-        check_options(options, TYPE_OPTIONS - {"retry_backoff"} | CALL_OPTIONS, self.name)
+        check_options(options, TYPE_OPTIONS - {"retry_backoff", *SCHEDULE_OPTIONS} | CALL_OPTIONS, self.name)
         return replace(self, options={**self.options, **options})
 
     def prepare(self, *args: Any, **kwargs: Any) -> TaskMessage:
@@ -73,12 +79,13 @@ class TaskType:
         """Enqueue a call of this task; return its message (`.id` identifies it)."""
         message = self.prepare(*args, **kwargs)
         get_broker().enqueue([message])
+        announce_enqueued([message])
         return message
 
     def enqueue_on_commit(self, *args: Any, **kwargs: Any) -> TaskMessage:
         """Enqueue once the current database transaction commits (at once outside one)."""
         message = self.prepare(*args, **kwargs)
-        transaction.on_commit(lambda: get_broker().enqueue([message]))
+        transaction.on_commit(lambda: enqueue_many([message]))
         return message
 
 
@@ -86,7 +93,31 @@ def enqueue_many(messages: Iterable[TaskMessage]) -> list[TaskMessage]:
     """Enqueue prepared messages in one round trip (`my_task.prepare(...)` makes them)."""
     messages = list(messages)
     get_broker().enqueue(messages)
+    announce_enqueued(messages)
     return messages
+
+
+def announce_enqueued(messages: Sequence[TaskMessage]) -> None:
+    """Send `task_enqueued` for each message (nothing to do, and no cost, without receivers)."""
+    if signals.task_enqueued.receivers:
+        for message in messages:
+            signals.task_enqueued.send(_registry.get(message.task), message=message)
+
+
+def find_task_type(name: str) -> TaskType | None:
+    """Return the task type registered under `name`, or else the one a dotted path names: a
+    `django.tasks` task run by django-rtq is registered when its module is first imported."""
+    task_type = _registry.get(name)
+    if task_type is None and "." in name:
+        try:
+            found = import_string(name)
+        except ImportError:
+            return None
+        task_type = getattr(found, "rtq_task_type", None)
+        if not isinstance(task_type, TaskType):
+            return None
+        register_task(task_type)
+    return task_type
 
 
 def task(func: Callable[..., Any] | None = None, *, name: str | None = None, **options: Any) -> Any:
@@ -100,6 +131,10 @@ def task(func: Callable[..., Any] | None = None, *, name: str | None = None, **o
             _check_queue(options["queue"], task_name)
         if "retry_backoff" in options:
             resolve_backoff(options["retry_backoff"])
+        if not SCHEDULE_OPTIONS.isdisjoint(options):
+            from .periodic import check_schedule
+
+            check_schedule(task_name, cron=options.get("cron"), every=options.get("every"))
         register_task(task_type)
         return task_type
 
@@ -122,6 +157,11 @@ def get_task_type(name: str) -> TaskType | None:
 
 def registered_tasks() -> dict[str, TaskType]:
     return dict(_registry)
+
+
+def periodic_task_types() -> list[TaskType]:
+    """Return the task types declared periodic with `@task(cron=...)` or `@task(every=...)`."""
+    return [t for t in _registry.values() if not SCHEDULE_OPTIONS.isdisjoint(t.options)]
 
 
 def _origin(func: Callable[..., Any]) -> str:

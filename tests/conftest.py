@@ -6,6 +6,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import contextmanager
 
 import pytest
 import redis
@@ -75,3 +76,35 @@ def wait_for(
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout}s waiting for {message or condition}")
         time.sleep(interval)
+
+
+@pytest.fixture
+def inspector(broker):
+    from django_rtq import get_inspector
+
+    return get_inspector()
+
+
+@pytest.fixture
+def run_worker(broker):
+    """Run in-process workers over the test's broker: `with run_worker(queues=...) as worker:`."""
+    from django_rtq.worker.server import Worker
+
+    started = []
+
+    @contextmanager
+    def run(**options):
+        options.setdefault("queues", {"default": 1})
+        worker = Worker(broker=broker, **options)
+        worker.start()
+        started.append(worker)
+        try:
+            yield worker
+        finally:
+            if worker in started:
+                started.remove(worker)
+                worker.stop()
+
+    yield run
+    for worker in started:
+        worker.stop()

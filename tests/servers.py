@@ -37,18 +37,21 @@ def free_port() -> int:
 class RedisProcess:
     """A redis-server child process on 127.0.0.1, in the foreground so it dies with us."""
 
-    def __init__(self, *extra: str, port: int | None = None, directory: str | None = None) -> None:
+    def __init__(
+        self, *extra: str, port: int | None = None, directory: str | None = None, password: str | None = None
+    ) -> None:
         self.port = port or free_port()
         self.dir = directory or tempfile.mkdtemp(prefix="rtq-redis-")
-        self.extra = extra
+        self.extra = (*extra, "--requirepass", password) if password else extra
+        self.password = password
         self.process: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self, timeout: float = 10.0) -> RedisProcess:
-        args = [
+    def command(self) -> list[str]:
+        return [
             server_binary(),
             "--port",
             str(self.port),
@@ -66,10 +69,12 @@ class RedisProcess:
             "",
             *self.extra,
         ]
+
+    def start(self, timeout: float = 10.0) -> RedisProcess:
         self.process = subprocess.Popen(
-            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent
+            self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent
         )
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
+        client = redis.Redis(port=self.port, password=self.password, socket_connect_timeout=0.2)
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -97,6 +102,54 @@ class RedisProcess:
             self.process.wait()
 
 
+class SentinelProcess(RedisProcess):
+    """A `redis-server --sentinel` child process monitoring one master, with a quorum of one."""
+
+    def __init__(self, master_port: int, service: str = "mymaster", **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.master_port = master_port
+        self.service = service
+
+    def command(self) -> list[str]:
+        # Sentinel needs a config file it can rewrite; options after it override the file.
+        config = Path(self.dir) / "sentinel.conf"
+        config.write_text(
+            f"sentinel monitor {self.service} 127.0.0.1 {self.master_port} 1\n"
+            f"sentinel down-after-milliseconds {self.service} 60000\n"
+        )
+        return [
+            server_binary(),
+            str(config),
+            "--sentinel",
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            self.dir,
+            "--daemonize",
+            "no",
+            "--logfile",
+            "",
+            *self.extra,
+        ]
+
+    def start(self, timeout: float = 10.0) -> SentinelProcess:
+        super().start(timeout)
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.2, decode_responses=True)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:  # until this sentinel reports the master up
+                state = client.sentinel_masters().get(self.service)
+                if state and state["is_master"] and not state["is_sdown"] and not state["is_odown"]:
+                    return self
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"sentinel on port {self.port} does not see its master: {state}")
+                time.sleep(0.02)
+        finally:
+            client.close()
+
+
 def _die_with_parent() -> None:
     """On Linux, have the kernel stop the server if the test run is killed before its teardown."""
     if sys.platform == "linux":
@@ -110,4 +163,4 @@ def cleanup_dir(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-__all__ = ["RedisProcess", "cleanup_dir", "free_port", "os", "server_binary"]
+__all__ = ["RedisProcess", "SentinelProcess", "cleanup_dir", "free_port", "os", "server_binary"]

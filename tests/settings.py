@@ -21,12 +21,23 @@ DATABASES = {
         "TEST": {"NAME": os.path.join(tempfile.gettempdir(), f"rtq-tests-{os.getpid()}.sqlite3")},
     }
 }
+if os.environ.get("RTQ_TEST_DATABASE") == "postgresql":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.postgresql",
+            "HOST": os.environ.get("RTQ_TEST_PGHOST", "127.0.0.1"),
+            "PORT": os.environ.get("RTQ_TEST_PGPORT", "5432"),
+            "USER": os.environ.get("RTQ_TEST_PGUSER", "postgres"),
+            "NAME": "rtq",
+            "TEST": {"NAME": f"rtq_test_{os.getpid()}"},
+        }
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 RTQ = {
     "REDIS_URL": os.environ.get("RTQ_REDIS_URL", "redis://127.0.0.1:6379/0"),
     "KEY_PREFIX": os.environ.get("RTQ_TEST_PREFIX", "rtqtest"),
-    "QUEUES": {"default": 1},
+    "QUEUES": {"default": 1, "low": 1},  # "low": for a queue in TASKS (the W001 check)
     "RETRY_BACKOFF": 0,
     "LEASE_SECONDS": float(os.environ.get("RTQ_TEST_LEASE", "30")),
     "RECOVERY_GRACE": 0,
@@ -38,6 +49,12 @@ RTQ = {
     "HEALTHCHECK_INTERVAL": 0.5,
     "SHUTDOWN_TIMEOUT": 5,
     "IDLE_WAIT": 0.5,
+    "MIRROR": False,  # tests of the mirror turn it on
+    "MIRROR_INTERVAL": 0.1,
+}
+
+TASKS = {
+    "default": {"BACKEND": "django_rtq.backends.RTQBackend", "QUEUES": ["default", "low"]},
 }
 
 LOGGING = {

@@ -60,3 +60,14 @@ def test_backoff_may_be_a_number_a_callable_or_a_dotted_path():
     assert resolve_backoff("django_rtq.retry.exponential_backoff") is exponential_backoff
     with pytest.raises(TypeError):
         resolve_backoff(object())
+
+
+def test_every_setting_is_documented_with_its_default():
+    from dataclasses import fields
+    from pathlib import Path
+
+    from django_rtq.conf import RTQSettings
+
+    page = (Path(__file__).parent.parent / "docs" / "settings.md").read_text()
+    missing = [f.name for f in fields(RTQSettings) if f"| `{f.name}` |" not in page]
+    assert missing == []

@@ -23,6 +23,7 @@ from tests.test_broker import (
     enqueue,
     holds_columns,
     ids_in,
+    lock_holder,
     make_tasks,
     message,
     next_message,
@@ -294,6 +295,49 @@ def test_a_bulk_action_refuses_a_state_it_does_not_apply_to(
         getattr(inspector, action)(EMAILS, state)
 
     assert ids_in(inspector.broker, EMAILS, state) == ids
+
+
+# Purging
+
+
+def test_purge_deletes_every_task_but_the_active_ones_page_by_page(inspector: Inspector, monkeypatch):
+    monkeypatch.setattr(inspect_module, "BULK_PAGE", 2)
+    sizes = {S.SCHEDULED: 3, S.RETRY: 2, S.ARCHIVED: 3, S.COMPLETED: 1, S.ACTIVE: 2, S.PENDING: 5}
+    made = make_each(inspector.broker, sizes, queue=SEARCH)
+    [bystander] = make_tasks(inspector.broker, S.PENDING, BILLING)
+
+    deleted = inspector.purge(SEARCH)
+
+    assert deleted == {state: count for state, count in sizes.items() if state != S.ACTIVE}
+    assert list(deleted) == [S.SCHEDULED, S.RETRY, S.PENDING, S.ARCHIVED, S.COMPLETED]
+    assert {state: inspector.count(SEARCH, state) for state in S} == {s: int(s == S.ACTIVE) * 2 for s in S}
+    for state, ids in made.items():
+        for task_id in ids:
+            assert bool(holds_columns(inspector.broker, SEARCH, task_id)) == (state == S.ACTIVE)
+    assert ids_in(inspector.broker, BILLING, S.PENDING) == [bystander]
+
+
+def test_purge_releases_uniqueness_locks(inspector: Inspector):
+    broker = inspector.broker
+    [pending] = enqueue(broker, EMAILS, unique_key="report", unique_ttl=60)
+    [retrying] = make_tasks(broker, S.RETRY, BILLING, unique_key="invoice", unique_ttl=60)
+    assert (lock_holder(broker, EMAILS, "report"), lock_holder(broker, BILLING, "invoice")) == (
+        pending,
+        retrying,
+    )
+
+    inspector.purge(EMAILS)
+    inspector.purge(BILLING)
+
+    assert (lock_holder(broker, EMAILS, "report"), lock_holder(broker, BILLING, "invoice")) == (None, None)
+
+
+def test_purge_of_an_empty_queue_deletes_nothing(inspector: Inspector):
+    [active] = make_tasks(inspector.broker, S.ACTIVE, EMAILS)
+
+    assert inspector.purge(EMAILS) == dict.fromkeys(inspect_module.PURGE_ORDER, 0)
+    assert inspector.purge(SEARCH) == dict.fromkeys(inspect_module.PURGE_ORDER, 0)
+    assert ids_in(inspector.broker, EMAILS, S.ACTIVE) == [active]
 
 
 # Cancelling

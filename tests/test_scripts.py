@@ -73,6 +73,7 @@ def exercise_every_operation(broker: Broker, clock: FakeClock) -> None:
     """Call each Broker and Inspector operation that runs a script, with and without
     uniqueness locks, on several queues."""
     inspector = Inspector(broker)
+    broker.mirror = True
     broker.enqueue(
         [message(queue, unique_key=f"{queue}-lock", unique_ttl=60) for queue in QUEUES]
         + [message(EMAILS) for _ in range(4)]
@@ -87,6 +88,9 @@ def exercise_every_operation(broker: Broker, clock: FakeClock) -> None:
     fail(broker, EMAILS, plain[1], TaskState.RETRY, retry_at_ms=clock.ms(5))
     fail(broker, EMAILS, plain[2], TaskState.ARCHIVED, lease_cutoff_ms=clock.ms(61))
     broker.requeue(EMAILS, plain[3:], worker_id=WORKER)
+
+    records = broker.take_finished(EMAILS, worker_id=WORKER, lock_ms=1000, limit=10)
+    broker.ack_finished(EMAILS, records, worker_id=WORKER, release=True)
 
     [searching] = claim_ids(broker, SEARCH, limit=1)
     fail(broker, SEARCH, searching, TaskState.ARCHIVED, unique_key="search-lock")
@@ -104,6 +108,9 @@ def exercise_every_operation(broker: Broker, clock: FakeClock) -> None:
     clock.advance(3600)
     broker.trim(EMAILS, archive_max_age_ms=1000, archive_max_size=10)
     broker.trim(SEARCH, archive_max_age_ms=1000, archive_max_size=10)
+    for tick_ms in (0, 1000):  # the first call arms the schedule, the second enqueues
+        periodic = message(BILLING, id=f"periodic:nightly:{tick_ms}", unique_key="nightly-lock")
+        broker.enqueue_periodic(periodic, schedule="nightly", tick_ms=tick_ms)
 
 
 @pytest.fixture
@@ -147,7 +154,7 @@ def test_every_call_touches_one_cluster_slot(recorded: list[Call]):
 def test_some_calls_carry_uniqueness_locks(recorded: list[Call]):
     """The scenario above does reach the scripts' variadic lock keys."""
     with_locks = {call.script.name for call in recorded if any(":unique:" in key for key in call.keys)}
-    assert with_locks == {"enqueue", "complete", "fail", "archive_tasks", "delete_tasks"}
+    assert with_locks == {"enqueue", "enqueue_periodic", "complete", "fail", "archive_tasks", "delete_tasks"}
 
 
 def test_a_script_over_two_queues_fails_with_crossslot(redis_cluster: Cluster, cluster_broker: Broker):

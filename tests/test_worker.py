@@ -4,45 +4,16 @@ from __future__ import annotations
 
 import json
 import time
-from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
 
-from django_rtq import get_inspector
 from django_rtq.broker import TaskMessage, TaskState
 from django_rtq.exceptions import BrokerUnavailable, DuplicateTask, TaskNotFound
 from django_rtq.worker.processor import Processor
 from django_rtq.worker.server import Worker
 from tests.conftest import wait_for
 from tests.testapp import tasks
-
-
-@pytest.fixture
-def inspector(broker):
-    return get_inspector()
-
-
-@pytest.fixture
-def run_worker(broker):
-    started = []
-
-    @contextmanager
-    def run(**options):
-        options.setdefault("queues", {"default": 1})
-        worker = Worker(broker=broker, **options)
-        worker.start()
-        started.append(worker)
-        try:
-            yield worker
-        finally:
-            if worker in started:
-                started.remove(worker)
-                worker.stop()
-
-    yield run
-    for worker in started:
-        worker.stop()
 
 
 def reports(redis_client, name):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import logging
 import time
@@ -89,8 +90,11 @@ class Broker:
         clock: Callable[[], float] = time.time,
         counter_ttl: int = DEFAULT_COUNTER_TTL_SECONDS,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        mirror: bool = False,
     ) -> None:
         self.client = client
+        # Keep finished tasks' records in a buffer for the ORM mirror (see take_finished).
+        self.mirror = mirror
         # Handing tasks to idle workers at enqueue relies on PUBLISH counting the clients that
         # got the message. On a cluster it counts one node's while every node delivers it, so
         # there idle workers are only woken, and claim.
@@ -203,6 +207,42 @@ class Broker:
                     f"in queue {message.queue!r}."
                 )
 
+    def enqueue_periodic(self, message: TaskMessage, *, schedule: str, tick_ms: int) -> str:
+        """Enqueue the task of one tick of a periodic schedule, once however many workers ask.
+
+        Return what happened: "enqueued"; "done" (this tick or a later one was dealt with
+        already); "armed" (the schedule's first tick seen: recorded, not enqueued); "exists" (the
+        task id is taken) or "locked" (the task's uniqueness lock is held), both recorded.
+        """
+        qk = self.queue(message.queue)
+        keys = [
+            qk.msg,
+            qk.state,
+            qk.priority,
+            qk.pending,
+            qk.scheduled,
+            qk.seq,
+            qk.active,
+            qk.owner,
+            qk.idle,
+            qk.paused,
+            qk.periodic,
+        ]
+        if message.unique_key:
+            keys.append(qk.unique(message.unique_key))
+        unique_ttl_ms = int((message.unique_ttl or 0) * 1000)
+        args = [self.now_ms(), qk.wake_channel, qk.handoff_prefix, self.lease_ms]
+        args += [schedule, tick_ms, message.id, message.to_json(), message.priority, unique_ttl_ms]
+        code = self.run_script("enqueue_periodic", keys, args)
+        if code == 1:
+            self._register_queues([message.queue])
+        return ("done", "enqueued", "armed", "exists", "locked")[code]
+
+    def periodic_ticks(self, queue: str) -> dict[str, int]:
+        """Return the last tick (ms) dealt with of each periodic schedule of a queue."""
+        with translate_errors():
+            return {name: int(tick) for name, tick in self.client.hgetall(self.queue(queue).periodic).items()}
+
     def _register_queues(self, queues: Iterable[str]) -> None:
         new = set(queues) - self._known_queues
         if new:
@@ -262,8 +302,9 @@ class Broker:
             qk.priority,
             qk.completed,
             qk.processed(utc_day(now_ms / 1000)),
+            qk.finished,
         ]
-        args: list[Any] = [now_ms, worker_id, self.counter_ttl]
+        args: list[Any] = [now_ms, worker_id, self.counter_ttl, int(self.mirror)]
         for done in completions:
             unique_index = 0
             if done.unique_key:
@@ -303,11 +344,22 @@ class Broker:
             qk.archived,
             qk.processed(day),
             qk.failed(day),
+            qk.msg,
+            qk.finished,
         ]
         if unique_key:
             keys.append(qk.unique(unique_key))
         score = retry_at_ms if to == TaskState.RETRY else now_ms
-        args = [task_id, worker_id, lease_cutoff_ms, str(to), score, _dumps(info), self.counter_ttl]
+        args = [
+            task_id,
+            worker_id,
+            lease_cutoff_ms,
+            str(to),
+            score,
+            _dumps(info),
+            self.counter_ttl,
+            int(self.mirror),
+        ]
         return self.run_script("fail", keys, args) == 1
 
     def requeue(self, queue: str, task_ids: Sequence[str], *, worker_id: str) -> int:
@@ -402,6 +454,39 @@ class Broker:
                 pipe.zcount(qk.scheduled, "-inf", now_ms)
                 pipe.zcount(qk.retry, "-inf", now_ms)
             return not any(pipe.execute())
+
+    # The buffer of finished tasks for the ORM mirror
+
+    def take_finished(
+        self, queue: str, *, worker_id: str, lock_ms: int, limit: int
+    ) -> list[tuple[str, str]] | None:
+        """Take (id, record JSON) pairs of finished tasks to mirror; None while another worker
+        mirrors this queue. The records stay buffered until `ack_finished`."""
+        qk = self.queue(queue)
+        reply = self.run_script("mirror_take", [qk.mirror_lock, qk.finished], [worker_id, lock_ms, limit])
+        if reply is None:
+            return None
+        return [(reply[i], reply[i + 1]) for i in range(0, len(reply), 2)]
+
+    def ack_finished(
+        self, queue: str, records: Sequence[tuple[str, str]], *, worker_id: str, release: bool = False
+    ) -> int:
+        """Drop mirrored records (each only if unchanged since taken); return how many."""
+        qk = self.queue(queue)
+        args: list[Any] = [worker_id, int(release)]
+        for task_id, record in records:
+            args += [task_id, hashlib.sha1(record.encode()).hexdigest()]
+        return self.run_script("mirror_ack", [qk.mirror_lock, qk.finished], args)
+
+    def finished_records(self, task_id: str, queues: Iterable[str]) -> dict[str, str]:
+        """Return {queue: record JSON} of a finished task still waiting to be mirrored."""
+        queues = list(queues)
+        with translate_errors():
+            pipe = self.client.pipeline(transaction=False)
+            for queue in queues:
+                pipe.hget(self.queue(queue).finished, task_id)
+            found = pipe.execute()
+        return {queue: record for queue, record in zip(queues, found, strict=True) if record}
 
     # Queue control and cancellation
 

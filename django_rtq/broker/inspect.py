@@ -19,6 +19,14 @@ from .states import TaskState
 BULK_PAGE = 500
 #: States whose lists show the newest first.
 NEWEST_FIRST = (TaskState.ARCHIVED, TaskState.COMPLETED)
+#: The states `purge` empties, upstream ones first (active tasks are left to their worker).
+PURGE_ORDER = (
+    TaskState.SCHEDULED,
+    TaskState.RETRY,
+    TaskState.PENDING,
+    TaskState.ARCHIVED,
+    TaskState.COMPLETED,
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -284,6 +292,14 @@ class Inspector:
     def delete_all(self, queue: str, state: TaskState | str) -> int:
         allowed = tuple(s for s in TaskState if s != TaskState.ACTIVE)
         return self._bulk(queue, state, self.delete, allowed=allowed)
+
+    def purge(self, queue: str) -> dict[TaskState, int]:
+        """Delete every task of a queue but the active ones; return how many went from each state.
+
+        Scheduled and retry tasks go first, then pending: a task the forwarder moves to pending
+        meanwhile is still caught. Each script call deletes one page of `BULK_PAGE` tasks.
+        """
+        return {state: self.delete_all(queue, state) for state in PURGE_ORDER}
 
     def cancel(self, task_id: str) -> int:
         """Ask the worker running the task to stop it (it is archived); return listeners reached."""

@@ -83,6 +83,10 @@ class QueueKeys:
         return self.prefix + "idle"
 
     @property
+    def periodic(self) -> str:  # HASH schedule name -> last tick (ms) enqueued (or passed over)
+        return self.prefix + "periodic"
+
+    @property
     def wake_channel(self) -> str:  # pub/sub channel: pending went from empty to non-empty
         return self.prefix + "wake"
 
@@ -92,6 +96,14 @@ class QueueKeys:
 
     def handoff_channel(self, worker_id: str) -> str:  # pub/sub channel: tasks handed to a worker
         return self.handoff_prefix + worker_id
+
+    @property
+    def finished(self) -> str:  # HASH id -> JSON record of a finished task, until it is in the ORM
+        return self.prefix + "finished"
+
+    @property
+    def mirror_lock(self) -> str:  # STRING id of the worker mirroring this queue's finished tasks
+        return self.prefix + "mirror_lock"
 
     @property
     def columns(self) -> tuple[str, ...]:

@@ -7,6 +7,7 @@ import traceback as tb
 from dataclasses import dataclass
 from typing import Any
 
+from .. import signals
 from ..broker import Broker, ClaimedTask, TaskMessage, TaskState
 from ..exceptions import DeadlineExceeded, NonRetryableError, TaskCancelled
 from ..registry import get_task_type
@@ -15,6 +16,8 @@ logger = logging.getLogger(__name__)
 
 #: Errors that archive a task at once, whatever retries it has left.
 NON_RETRYABLE = (NonRetryableError, DeadlineExceeded, TaskCancelled)
+#: Errors kept in a task's info, the latest ones (each attempt's error, with its traceback).
+ERRORS_KEPT = 10
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,6 +40,17 @@ def format_traceback(exc: BaseException) -> str:
     return "".join(tb.format_exception(exc))
 
 
+def attempt_info(info: dict[str, Any], worker_id: str, started_at: float | None) -> dict[str, Any]:
+    """A task's info with the attempt that just ended added: who ran it and when it started."""
+    return {
+        **info,
+        "started_at": info.get("started_at") or started_at,  # of the first attempt
+        "attempted_at": started_at,  # of the latest attempt
+        "worker": worker_id,
+        "workers": [*info.get("workers", ()), worker_id],  # one per attempt
+    }
+
+
 def settle_failure(
     broker: Broker, failure: Failure, *, worker_id: str, lease_cutoff_ms: int = 0
 ) -> TaskState | None:
@@ -44,14 +58,14 @@ def settle_failure(
     claimed, message, exc = failure.claimed, failure.message, failure.error
     now = broker.clock()
     retried = int(claimed.info.get("retried", 0))
+    error = {"type": error_path(exc), "message": str(exc) or error_path(exc), "traceback": failure.traceback}
     info: dict[str, Any] = {
-        **claimed.info,
-        "error_type": error_path(exc),
-        "error": str(exc) or error_path(exc),
+        **attempt_info(claimed.info, worker_id, failure.started_at),
+        "error_type": error["type"],
+        "error": error["message"],
         "traceback": failure.traceback,
+        "errors": [*claimed.info.get("errors", ()), error][-ERRORS_KEPT:],
         "failed_at": now,
-        "started_at": failure.started_at,
-        "worker": worker_id,
     }
     retryable = (
         message is not None
@@ -78,6 +92,7 @@ def settle_failure(
     )
     if not moved:
         return None
+    _send_failure_signal(message, exc, retry_at_ms / 1000 if retryable else None)
     name = message.task if message else "?"
     if retryable:
         logger.warning(
@@ -101,3 +116,12 @@ def settle_failure(
             info["error"],
         )
     return target
+
+
+def _send_failure_signal(message: TaskMessage | None, error: BaseException, retry_at: float | None) -> None:
+    signal = signals.task_retried if retry_at is not None else signals.task_failed
+    if not signal.receivers:
+        return
+    sender = get_task_type(message.task) if message else None
+    extra = {"retry_at": retry_at} if retry_at is not None else {}
+    signal.send(sender, message=message, error=error, **extra)

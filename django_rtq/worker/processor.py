@@ -17,6 +17,7 @@ from typing import Any
 
 from django.db import close_old_connections
 
+from .. import signals
 from ..broker import Broker, ClaimedTask, TaskMessage
 from ..broker.broker import Completion
 from ..context import TaskContext, set_current_task
@@ -27,9 +28,9 @@ from ..exceptions import (
     TaskCancelled,
     TaskTimeout,
 )
-from ..registry import get_task_type
+from ..registry import find_task_type
 from .job import Job, JobState, Outcome, Unrunnable, raise_in_thread
-from .outcome import Failure, format_traceback, settle_failure
+from .outcome import Failure, attempt_info, format_traceback, settle_failure
 from .subscriber import POLL_SECONDS, Subscriber
 from .syncer import Syncer, SyncRequest
 
@@ -337,7 +338,7 @@ class Processor:
             message = TaskMessage.from_json(claimed.raw_message)
         except ValueError as exc:
             raise Unrunnable(None) from NonRetryableError(f"the task's payload is corrupt: {exc}")
-        task_type = get_task_type(message.task)
+        task_type = find_task_type(message.task)
         if task_type is None:
             raise Unrunnable(message) from NonRetryableError(f"unknown task type {message.task!r}")
         if message.deadline is not None and message.deadline <= time.time():
@@ -406,6 +407,10 @@ class Processor:
                     queue=job.claimed.queue,
                     retried=int(job.claimed.info.get("retried", 0)),
                     max_retries=job.message.max_retries,
+                    worker_id=self.worker_id,
+                    enqueued_at=job.message.enqueued_at,
+                    started_at=job.started_at,
+                    info=job.claimed.info,
                 )
             )
             if loop is not None:
@@ -414,10 +419,14 @@ class Processor:
         outcome = Outcome(job=job, claimed=job.claimed)
         try:
             close_old_connections()
+            if signals.task_started.receivers:
+                signals.task_started.send(job.task_type, message=job.message, worker_id=self.worker_id)
             if loop is not None:
                 result = self._await(job, loop)
             else:
                 result = job.task_type.func(*job.message.args, **job.message.kwargs)
+            if signals.task_succeeded.receivers:
+                signals.task_succeeded.send(job.task_type, message=job.message, result=result)
             try:
                 outcome.result_json = json.dumps(result, separators=(",", ":"), allow_nan=False)
             except (TypeError, ValueError) as exc:
@@ -573,13 +582,9 @@ class Processor:
         job = outcome.job
         message = job.message
         info = {}
-        if message.retention:
-            info = {
-                **job.claimed.info,
-                "started_at": job.started_at,
-                "finished_at": outcome.finished_at,
-                "worker": self.worker_id,
-            }
+        if message.retention or self.broker.mirror:
+            info = attempt_info(job.claimed.info, self.worker_id, job.started_at)
+            info["finished_at"] = outcome.finished_at
         return Completion(
             id=job.id,
             info=info,

@@ -16,12 +16,15 @@ from django.utils.module_loading import import_string
 from ..broker import Broker
 from ..conf import RTQSettings, get_settings
 from ..connection import get_broker
+from ..periodic import load_entries
 from .forwarder import Forwarder
 from .healthchecker import Healthchecker
 from .heartbeater import Heartbeater
 from .janitor import Janitor
+from .mirrorer import Mirrorer
 from .processor import Processor
 from .recoverer import Recoverer
+from .scheduler import Scheduler
 from .subscriber import Subscriber
 from .syncer import Syncer
 
@@ -76,6 +79,9 @@ class Worker:
             lease_seconds=conf.LEASE_SECONDS,
         )
         self.forwarder = Forwarder(broker=self.broker, queues=names, interval=conf.FORWARDER_INTERVAL)
+        self.scheduler = Scheduler(
+            broker=self.broker, entries=load_entries(conf), interval=conf.SCHEDULER_INTERVAL
+        )
         self.recoverer = Recoverer(
             broker=self.broker,
             queues=names,
@@ -88,6 +94,18 @@ class Worker:
             interval=conf.JANITOR_INTERVAL,
             archive_max_age=conf.ARCHIVE_MAX_AGE,
             archive_max_size=conf.ARCHIVE_MAX_SIZE,
+        )
+        self.mirrorer = (
+            Mirrorer(
+                broker=self.broker,
+                worker_id=self.id,
+                queues=names,
+                interval=conf.MIRROR_INTERVAL,
+                batch_size=conf.MIRROR_BATCH_SIZE,
+                using=conf.MIRROR_DATABASE,
+            )
+            if self.broker.mirror
+            else None
         )
         self.healthchecker = Healthchecker(
             broker=self.broker,
@@ -109,11 +127,14 @@ class Worker:
             self.heartbeater,
             self.subscriber,
             self.forwarder,
+            self.scheduler,
             self.recoverer,
             self.janitor,
+            self.mirrorer,
             self.processor,
         ):
-            component.start()
+            if component is not None:
+                component.start()
 
     def stop(self) -> None:
         """Shut down: the processor first (it stops claiming, finishes or gives back its tasks),
@@ -129,12 +150,15 @@ class Worker:
             self.subscriber,
             self.heartbeater,
             self.forwarder,
+            self.scheduler,
             self.recoverer,
             self.janitor,
+            self.mirrorer,
             self.healthchecker,
             self.syncer,
         ):
-            component.stop()
+            if component is not None:
+                component.stop()
         logger.info("worker %s stopped", self.id)
 
     def request_stop(self, *_: Any) -> None:

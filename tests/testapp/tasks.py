@@ -154,3 +154,21 @@ async def knows_itself_async():
     from django_rtq import current_task
 
     return current_task().id
+
+
+@task
+def record_tick(name):
+    """Report the id of the task running it: a periodic task's id names its schedule and tick."""
+    from django_rtq import current_task
+
+    report(name, current_task().id)
+
+
+if os.environ.get("RTQ_TEST_PERIODIC_EVERY"):
+    # Declared only in the worker processes tests/test_periodic.py starts with this variable.
+
+    @task(every=float(os.environ["RTQ_TEST_PERIODIC_EVERY"]))
+    def every_tick():
+        from django_rtq import current_task
+
+        report("every_tick", current_task().id)

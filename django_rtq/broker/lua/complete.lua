@@ -1,5 +1,6 @@
 -- Settle a batch of tasks that succeeded: keep each as completed for its retention, or
--- delete it; release its uniqueness lock and count it as processed.
+-- delete it; release its uniqueness lock, count it as processed, and (when mirroring) keep
+-- its record for the ORM mirror.
 -- A task this worker no longer holds (its lease was recovered) is left alone.
 --
 -- KEYS[1] -> rtq:{<queue>}:active
@@ -11,27 +12,32 @@
 -- KEYS[7] -> rtq:{<queue>}:priority
 -- KEYS[8] -> rtq:{<queue>}:completed
 -- KEYS[9] -> rtq:{<queue>}:processed:<day>
--- KEYS[10..] -> rtq:{<queue>}:unique:<key>, one per task that has a unique key
+-- KEYS[10] -> rtq:{<queue>}:finished
+-- KEYS[11..] -> rtq:{<queue>}:unique:<key>, one per task that has a unique key
 -- ARGV[1] -> now (ms)
 -- ARGV[2] -> worker id
 -- ARGV[3] -> counter TTL (s)
--- ARGV[4..] -> five per task: id, info JSON, result JSON, retention (ms), index of its
+-- ARGV[4] -> 1 to keep records for the ORM mirror, 0 not to
+-- ARGV[5..] -> five per task: id, info JSON, result JSON, retention (ms), index of its
 --              unique key in KEYS (0 = none)
 --
 -- Returns: the number of tasks settled.
-local active, owner, state, msg, info, result, priority, completed, processed =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
-local now, worker, counter_ttl = tonumber(ARGV[1]), ARGV[2], ARGV[3]
+local active, owner, state, msg, info, result, priority, completed, processed, finished =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local now, worker, counter_ttl, mirror = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4] == '1'
 local FIELDS = 5
 
 local settled = 0
-for i = 4, #ARGV, FIELDS do
+for i = 5, #ARGV, FIELDS do
   local id = ARGV[i]
   if redis.call('HGET', owner, id) == worker then
     local retention, unique_index = tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
     redis.call('ZREM', active, id)
     redis.call('HDEL', owner, id)
     if unique_index > 0 then release_unique(KEYS[unique_index], id) end
+    if mirror then
+      buffer_finished(finished, id, 'succeeded', now, redis.call('HGET', msg, id), ARGV[i + 1], ARGV[i + 2])
+    end
     if retention > 0 then
       redis.call('HSET', state, id, 'completed')
       redis.call('HSET', info, id, ARGV[i + 1])

@@ -21,37 +21,14 @@
 --              index of its unique key in KEYS (0 = none), unique lock TTL (ms; 0 = none)
 --
 -- Returns: {0} when written; {1, i} when task i's id exists; {2, i} when task i's lock is held.
-local msg, state, priority_hash, pending, scheduled, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local active, owner, idle, paused = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local now, channel, handoff_prefix, lease = tonumber(ARGV[1]), ARGV[2], ARGV[3], tonumber(ARGV[4])
+local q = enqueue_context()
 local FIRST, FIELDS = 5, 6
-
--- Hand a task to an idle worker if one is listening; return whether it was. PUBLISH counts
--- the clients it reached: a registered worker that is not listening (it lost its connection,
--- or, on a cluster, listens through another node) is dropped from the idle set instead.
-local function hand_off(id, body)
-  if redis.call('ZCARD', idle) == 0 or redis.call('ZCARD', pending) > 0
-      or redis.call('EXISTS', paused) == 1 then
-    return false
-  end
-  redis.call('ZREMRANGEBYSCORE', idle, '-inf', now)
-  for _, worker in ipairs(redis.call('ZRANGE', idle, 0, -1)) do
-    redis.call('ZREM', idle, worker)
-    if redis.call('PUBLISH', handoff_prefix .. worker, id .. '\n' .. body) > 0 then
-      redis.call('ZADD', active, now + lease, id)
-      redis.call('HSET', state, id, 'active')
-      redis.call('HSET', owner, id, worker)
-      return true
-    end
-  end
-  return false
-end
 
 local seen, locked = {}, {}
 for i = FIRST, #ARGV, FIELDS do
   local n = (i - FIRST) / FIELDS + 1
   local id = ARGV[i]
-  if seen[id] or redis.call('HEXISTS', state, id) == 1 then return {1, n} end
+  if seen[id] or redis.call('HEXISTS', q.state, id) == 1 then return {1, n} end
   seen[id] = true
   local unique_index = tonumber(ARGV[i + 4])
   if unique_index > 0 then
@@ -61,26 +38,12 @@ for i = FIRST, #ARGV, FIELDS do
   end
 end
 
-local pending_before = redis.call('ZCARD', pending)
+local pending_before = redis.call('ZCARD', q.pending)
 for i = FIRST, #ARGV, FIELDS do
-  local id, body, priority = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
-  local process_at, unique_index = tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
-  redis.call('HSET', msg, id, body)
-  if priority ~= 0 then redis.call('HSET', priority_hash, id, priority) end
-  if unique_index > 0 then
-    local ttl = tonumber(ARGV[i + 5])
-    if ttl > 0 then
-      redis.call('SET', KEYS[unique_index], id, 'PX', ttl)
-    else
-      redis.call('SET', KEYS[unique_index], id)
-    end
-  end
-  if process_at > now then
-    redis.call('ZADD', scheduled, process_at, id)
-    redis.call('HSET', state, id, 'scheduled')
-  elseif not hand_off(id, body) then
-    push_pending(pending, seq, priority_hash, state, id, false)
-  end
+  local unique_index = tonumber(ARGV[i + 4])
+  local lock = nil
+  if unique_index > 0 then lock = KEYS[unique_index] end
+  add_task(q, ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), lock, tonumber(ARGV[i + 5]))
 end
-wake(pending, channel, pending_before)
+wake(q.pending, q.channel, pending_before)
 return {0}

@@ -1,4 +1,5 @@
--- Settle a failed attempt: move an active task to retry (to run again later) or to archived.
+-- Settle a failed attempt: move an active task to retry (to run again later) or to archived;
+-- an archived task's record is kept for the ORM mirror when mirroring.
 -- Used by the worker that holds the task, and by the recoverer for a task whose lease
 -- expired; the latter passes a cutoff so that a lease renewed meanwhile is left alone.
 --
@@ -10,8 +11,10 @@
 -- KEYS[6] -> rtq:{<queue>}:archived
 -- KEYS[7] -> rtq:{<queue>}:processed:<day>
 -- KEYS[8] -> rtq:{<queue>}:failed:<day>
--- KEYS[9..] -> rtq:{<queue>}:unique:<key>, at most one: the task's uniqueness lock when it
---              has one (released when archived)
+-- KEYS[9] -> rtq:{<queue>}:msg
+-- KEYS[10] -> rtq:{<queue>}:finished
+-- KEYS[11..] -> rtq:{<queue>}:unique:<key>, at most one: the task's uniqueness lock when it
+--               has one (released when archived)
 -- ARGV[1] -> task id
 -- ARGV[2] -> worker id holding the lease
 -- ARGV[3] -> lease cutoff (ms): the lease must have expired before it; 0 = no such check
@@ -19,12 +22,13 @@
 -- ARGV[5] -> score: next attempt (ms) for retry, now (ms) for archived
 -- ARGV[6] -> info JSON
 -- ARGV[7] -> counter TTL (s)
+-- ARGV[8] -> 1 to keep an archived task's record for the ORM mirror, 0 not to
 --
 -- Returns: 1 when moved; 0 when the worker does not hold the task or its lease is still valid.
-local active, owner, state, info, retry, archived, processed, failed =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local id, worker, cutoff, target, score, info_json, counter_ttl =
-  ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local active, owner, state, info, retry, archived, processed, failed, msg, finished =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local id, worker, cutoff, target, score, info_json, counter_ttl, mirror =
+  ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8] == "1"
 
 if redis.call('HGET', owner, id) ~= worker then return 0 end
 if cutoff > 0 then
@@ -39,7 +43,13 @@ if target == 'retry' then
   redis.call('ZADD', retry, score, id)
 else
   redis.call('ZADD', archived, score, id)
-  release_unique(KEYS[9], id)
+  release_unique(KEYS[11], id)
+  if mirror then
+    local message = redis.call('HGET', msg, id)
+    -- A corrupt payload is archived too; keep it as a JSON string so the record stays JSON.
+    if message and not pcall(cjson.decode, message) then message = cjson.encode(message) end
+    buffer_finished(finished, id, 'failed', score, message, info_json)
+  end
 end
 bump_counter(processed, counter_ttl)
 bump_counter(failed, counter_ttl)

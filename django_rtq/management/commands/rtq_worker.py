@@ -52,6 +52,7 @@ class Command(BaseCommand):
             "--loglevel",
             "-l",
             default="INFO",
+            type=str.upper,
             choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
             help="Level of the django_rtq loggers.",
         )

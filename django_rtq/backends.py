@@ -1,0 +1,344 @@
+"""A `django.tasks` backend: functions decorated with Django's `@task` run under `rtq_worker`.
+
+    TASKS = {"default": {"BACKEND": "django_rtq.backends.RTQBackend", "QUEUES": ["default"]}}
+
+On Django 5.2 the `django-tasks` backport provides the same API (`django_tasks`).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback as tb
+from dataclasses import dataclass
+from datetime import datetime
+from functools import wraps
+from inspect import iscoroutinefunction
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
+
+from .broker.states import TaskState
+from .conf import get_settings, validate_queue_name
+from .connection import get_broker, get_inspector
+from .context import current_task
+from .exceptions import InvalidTask, TaskNotFound
+from .mirror import as_datetime, row_from_record
+from .registry import TaskType, build_message, register_task
+
+try:  # Django 6.0+
+    from django.tasks.backends.base import BaseTaskBackend
+    from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
+    from django.tasks.exceptions import InvalidTask as DjangoInvalidTask
+    from django.tasks.exceptions import TaskResultDoesNotExist
+    from django.tasks.signals import task_enqueued, task_finished, task_started
+except ImportError:  # Django 5.2 with the django-tasks backport
+    from django_tasks.backends.base import BaseTaskBackend
+    from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
+    from django_tasks.exceptions import InvalidTaskError as DjangoInvalidTask
+    from django_tasks.exceptions import TaskResultDoesNotExist
+    from django_tasks.signals import task_enqueued, task_finished, task_started
+
+#: Live states as `django.tasks` reports them.
+STATUS_OF_STATE = {
+    TaskState.PENDING: TaskResultStatus.READY,
+    TaskState.SCHEDULED: TaskResultStatus.READY,
+    TaskState.RETRY: TaskResultStatus.READY,
+    TaskState.ACTIVE: TaskResultStatus.RUNNING,
+    TaskState.COMPLETED: TaskResultStatus.SUCCESSFUL,
+    TaskState.ARCHIVED: TaskResultStatus.FAILED,
+}
+
+#: Keys of a backend's OPTIONS: defaults for its tasks, over RTQ's own.
+BACKEND_OPTIONS = {"MAX_RETRIES": "max_retries", "TIMEOUT": "timeout", "RETENTION": "retention"}
+#: `django.tasks` has no retries: unless a task or the backend's OPTIONS say otherwise, none.
+DEFAULT_MAX_RETRIES = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RTQTask(Task):
+    """A `django.tasks` Task that also takes django-rtq's options:
+    `@task(max_retries=3, timeout=60, unique=True, retention=3600)`."""
+
+    max_retries: int | None = None
+    timeout: float | None = None
+    retention: float | None = None
+    retry_backoff: Any = None
+    unique: bool | float = False
+    unique_key: str | None = None
+
+    @property
+    def rtq_task_type(self) -> TaskType:
+        """The django-rtq task type that runs this task (the worker finds it by `module_path`)."""
+        backend = self.get_backend()
+        options: dict[str, Any] = {
+            "queue": self.queue_name,
+            "priority": self.priority,
+            **backend.task_defaults,
+        }
+        for name in ("max_retries", "timeout", "retention", "retry_backoff", "unique_key"):
+            value = getattr(self, name)
+            if value is not None:
+                options[name] = value
+        if self.unique:
+            options["unique"] = self.unique
+        return TaskType(func=_runner(self), name=self.module_path, options=options)
+
+
+class RTQBackend(BaseTaskBackend):
+    """Enqueues `django.tasks` tasks to django-rtq; results come from Redis while the task is
+    live, then from the ORM mirror of finished tasks."""
+
+    task_class = RTQTask
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        for queue in self.queues:
+            validate_queue_name(queue)
+        unknown = sorted(set(self.options) - set(BACKEND_OPTIONS))
+        if unknown:
+            raise ImproperlyConfigured(
+                f"Unknown OPTIONS for the tasks backend {alias!r}: {', '.join(unknown)}. "
+                f"Known: {', '.join(BACKEND_OPTIONS)}."
+            )
+        self.task_defaults = {"max_retries": DEFAULT_MAX_RETRIES}
+        self.task_defaults.update({BACKEND_OPTIONS[key]: value for key, value in self.options.items()})
+
+    def validate_task(self, task: Task) -> None:
+        super().validate_task(task)
+        if isinstance(task, RTQTask):
+            # Registered as soon as its module is imported, so that a worker knows it.
+            register_task(task.rtq_task_type)
+
+    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+        self.validate_task(task)
+        task_type = _task_type(task)
+        options: dict[str, Any] = {}
+        if task.run_after is not None:
+            options["process_at"] = task.run_after
+        try:
+            message = build_message(task_type.using(**options), args, kwargs)
+        except InvalidTask as exc:
+            raise DjangoInvalidTask(str(exc)) from exc
+        get_broker().enqueue([message])
+        result = TaskResult(
+            task=task,
+            id=message.id,
+            status=TaskResultStatus.READY,
+            enqueued_at=as_datetime(message.enqueued_at),
+            started_at=None,
+            finished_at=None,
+            last_attempted_at=None,
+            args=message.args,
+            kwargs=message.kwargs,
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def get_result(self, result_id: str) -> TaskResult:
+        try:
+            live = get_inspector().get_task(result_id)
+        except TaskNotFound:
+            live = None
+        if live is not None and live.message is not None:
+            info = dict(live.info)
+            workers = list(info.get("workers") or [])
+            if live.state == TaskState.ACTIVE:
+                workers.append(live.owner or "")
+                if not info.get("attempted_at") and live.score_at:
+                    # Not recorded while it runs: the start of its current lease is near enough.
+                    info["attempted_at"] = live.score_at - get_settings().LEASE_SECONDS
+                info.setdefault("started_at", info.get("attempted_at"))
+            message = live.message
+            return self._result(
+                result_id,
+                task_name=message.task,
+                status=STATUS_OF_STATE[live.state],
+                args=message.args,
+                kwargs=message.kwargs,
+                enqueued_at=message.enqueued_at,
+                info=info,
+                workers=workers,
+                return_value=live.result,
+            )
+        for queue, record in get_broker().finished_records(result_id, self._queues()).items():
+            return self._result_from_row(row_from_record(result_id, queue, record))
+        from .models import FinishedTask
+
+        row = FinishedTask.objects.using(get_settings().MIRROR_DATABASE).filter(pk=result_id).first()
+        if row is None:
+            raise TaskResultDoesNotExist(result_id)
+        return self._result_from_row(row)
+
+    def _queues(self) -> list[str]:
+        return sorted(set(self.queues) | set(get_broker().known_queues()))
+
+    def _result_from_row(self, row: Any) -> TaskResult:
+        return self._result(
+            row.task_id,
+            task_name=row.task_name,
+            status=TaskResultStatus.SUCCESSFUL if row.succeeded else TaskResultStatus.FAILED,
+            args=row.args,
+            kwargs=row.kwargs,
+            enqueued_at=row.enqueued_at,
+            info={"errors": row.errors},
+            workers=row.workers or [row.worker] * row.attempts,
+            return_value=row.return_value,
+            started_at=row.started_at,
+            last_attempted_at=row.finished_at - row.duration if row.duration is not None else row.started_at,
+            finished_at=row.finished_at,
+        )
+
+    def _result(
+        self,
+        result_id: str,
+        *,
+        task_name: str,
+        status: TaskResultStatus,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        enqueued_at: float | datetime | None,
+        info: dict[str, Any],
+        workers: list[str],
+        return_value: Any = None,
+        started_at: datetime | None = None,
+        last_attempted_at: datetime | None = None,
+        finished_at: datetime | None = None,
+    ) -> TaskResult:
+        try:
+            task = import_string(task_name)
+        except ImportError:
+            task = None
+        if not isinstance(task, Task):
+            raise TaskResultDoesNotExist(f"Task {result_id!r} ({task_name}) is not a django.tasks task.")
+        if status in (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED) and finished_at is None:
+            finished_at = as_datetime(info.get("finished_at") or info.get("failed_at"))
+        result = TaskResult(
+            task=task,
+            id=result_id,
+            status=status,
+            enqueued_at=_when(enqueued_at),
+            started_at=started_at or as_datetime(info.get("started_at")),
+            finished_at=finished_at,
+            last_attempted_at=last_attempted_at or as_datetime(info.get("attempted_at")),
+            args=args,
+            kwargs=kwargs,
+            backend=self.alias,
+            errors=[
+                TaskError(
+                    exception_class_path=error.get("type") or "", traceback=error.get("traceback") or ""
+                )
+                for error in info.get("errors") or []
+            ],
+            worker_ids=workers,
+        )
+        if status == TaskResultStatus.SUCCESSFUL:
+            object.__setattr__(result, "_return_value", return_value)
+        return result
+
+
+def _task_type(task: Task) -> TaskType:
+    if isinstance(task, RTQTask):
+        return task.rtq_task_type
+    # A plain django.tasks Task bound to this backend by `using(backend=...)`.
+    return RTQTask(
+        func=task.func,
+        priority=task.priority,
+        backend=task.backend,
+        queue_name=task.queue_name,
+        run_after=task.run_after,
+        takes_context=task.takes_context,
+    ).rtq_task_type
+
+
+def _when(value: float | datetime | None) -> datetime | None:
+    return value if isinstance(value, datetime) or value is None else as_datetime(value)
+
+
+def _runner(task: RTQTask) -> Any:
+    """The function a worker calls: the task's own, given its context if it takes one, with
+    Django's task_started and task_finished signals around it."""
+    func = task.func
+
+    def running_result() -> TaskResult:
+        context = current_task()
+        info = context.info if context else {}
+        started = as_datetime(context.started_at) if context else None
+        return TaskResult(
+            task=task,
+            id=context.id if context else "",
+            status=TaskResultStatus.RUNNING,
+            enqueued_at=as_datetime(context.enqueued_at) if context else None,
+            started_at=as_datetime(info.get("started_at")) or started,
+            finished_at=None,
+            last_attempted_at=started,
+            args=[],
+            kwargs={},
+            backend=task.backend,
+            errors=[
+                TaskError(exception_class_path=e.get("type") or "", traceback=e.get("traceback") or "")
+                for e in info.get("errors") or []
+            ],
+            worker_ids=[*info.get("workers", ()), context.worker_id if context else ""],
+        )
+
+    def started(args: tuple, kwargs: dict) -> tuple[TaskResult, tuple]:
+        result = running_result()
+        object.__setattr__(result, "args", list(args))
+        object.__setattr__(result, "kwargs", dict(kwargs))
+        task_started.send(RTQBackend, task_result=result)
+        return result, ((TaskContext(task_result=result), *args) if task.takes_context else args)
+
+    def finished(result: TaskResult, value: Any = None, error: BaseException | None = None) -> None:
+        object.__setattr__(result, "finished_at", as_datetime(time.time()))
+        if error is None:
+            object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+            object.__setattr__(result, "_return_value", value)
+        else:
+            cls = type(error)
+            result.errors.append(
+                TaskError(
+                    exception_class_path=f"{cls.__module__}.{cls.__qualname__}",
+                    traceback="".join(tb.format_exception(error)),
+                )
+            )
+            context = current_task()
+            if context is not None and context.retried < context.max_retries:
+                return  # it will run again: not finished
+            object.__setattr__(result, "status", TaskResultStatus.FAILED)
+        task_finished.send(RTQBackend, task_result=result)
+
+    if iscoroutinefunction(func):
+
+        @wraps(func)
+        async def run_async(*args: Any, **kwargs: Any) -> Any:
+            result, call_args = started(args, kwargs)
+            try:
+                value = await func(*call_args, **kwargs)
+            except BaseException as exc:
+                finished(result, error=exc)
+                raise
+            finished(result, value)
+            return value
+
+        return run_async
+
+    @wraps(func)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        result, call_args = started(args, kwargs)
+        try:
+            value = func(*call_args, **kwargs)
+        except BaseException as exc:
+            finished(result, error=exc)
+            raise
+        finished(result, value)
+        return value
+
+    return run

@@ -1,0 +1,89 @@
+"""`manage.py rtq_stats`: each queue's tasks per state, today's counters, and daily history."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from django.core.management.base import CommandError, CommandParser
+
+from django_rtq.broker.inspect import QueueStats
+from django_rtq.management.base import InspectorCommand
+from django_rtq.management.table import format_duration, render_table
+
+STATS_HEADERS = (
+    "QUEUE",
+    "PAUSED",
+    "PENDING",
+    "ACTIVE",
+    "SCHEDULED",
+    "RETRY",
+    "ARCHIVED",
+    "COMPLETED",
+    "PROCESSED TODAY",
+    "FAILED TODAY",
+    "OLDEST PENDING",
+)
+
+
+class Command(InspectorCommand):
+    help = "Show each queue's tasks per state, today's processed and failed counts, and paused queues."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        super().add_arguments(parser)
+        parser.add_argument("queues", nargs="*", metavar="QUEUE", help="Queues to show (default: all).")
+        parser.add_argument(
+            "--history",
+            type=int,
+            metavar="DAYS",
+            help="Also show processed and failed counts for each of the last DAYS days (UTC).",
+        )
+
+    def run(self, *, queues: list[str], history: int | None, **options: Any) -> None:
+        if history is not None and history < 1:
+            raise CommandError("--history must be at least 1 day.")
+        names = self.check_queues(queues) if queues else self.queue_names()
+        stats = [self.inspector.queue_stats(name) for name in names]
+        histories = {name: self.inspector.history(name, days=history) for name in names} if history else {}
+        if self.as_json:
+            self.write_json({"queues": [self.stats_data(s, histories.get(s.queue)) for s in stats]})
+            return
+        if not stats:
+            self.stdout.write("No queues yet.")
+            return
+        self.write_lines(render_table(STATS_HEADERS, map(stats_row, stats), header_style=self.heading))
+        for name, days in histories.items():
+            self.stdout.write("")
+            self.stdout.write(f"Queue {name!r}, last {len(days)} days (UTC):")
+            rows = [
+                (day, processed, failed, failure_rate(processed, failed)) for day, processed, failed in days
+            ]
+            self.write_lines(
+                render_table(("DAY", "PROCESSED", "FAILED", "FAILURE RATE"), rows, header_style=self.heading)
+            )
+
+    def stats_data(self, stats: QueueStats, days: list[tuple[str, int, int]] | None) -> dict[str, Any]:
+        data = {**asdict(stats), "size": stats.size}
+        if days is not None:
+            data["history"] = [{"day": d, "processed": p, "failed": f} for d, p, f in days]
+        return data
+
+
+def stats_row(stats: QueueStats) -> tuple[object, ...]:
+    return (
+        stats.queue,
+        stats.paused,
+        stats.pending,
+        stats.active,
+        stats.scheduled,
+        stats.retry,
+        stats.archived,
+        stats.completed,
+        stats.processed_today,
+        stats.failed_today,
+        format_duration(stats.oldest_pending_age),
+    )
+
+
+def failure_rate(processed: int, failed: int) -> str | None:
+    return f"{100 * failed / processed:.1f}%" if processed else None

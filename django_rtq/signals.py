@@ -1,0 +1,20 @@
+"""Signals sent as tasks move through their lifecycle.
+
+Every signal's `sender` is the task's `TaskType` (None for a task whose type is unknown) and
+carries `message`, the task's `TaskMessage`. Receivers run in the thread that sends: the
+enqueuing code for `task_enqueued`, a worker's executor thread for `task_started` and
+`task_succeeded`, a worker's settling thread for `task_retried` and `task_failed`.
+"""
+
+from django.dispatch import Signal
+
+#: A task was enqueued (after Redis accepted it).
+task_enqueued = Signal()
+#: A worker starts an attempt; also receives `worker_id`.
+task_started = Signal()
+#: An attempt returned; also receives `result`, the return value.
+task_succeeded = Signal()
+#: An attempt failed and will be retried; also receives `error` and `retry_at` (epoch seconds).
+task_retried = Signal()
+#: A task failed for good and was archived; also receives `error`.
+task_failed = Signal()

@@ -1,0 +1,100 @@
+"""The mirrorer writes finished tasks from Redis's buffer to the ORM, in batches."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django.db import DatabaseError, connections
+
+from ..broker import Broker
+from ..exceptions import BrokerUnavailable
+from ..mirror import mirror_batch
+from .component import Component
+
+#: Seconds a worker keeps a queue's mirror lock at least: another takes over if it dies.
+MIN_LOCK_SECONDS = 10.0
+
+
+class Mirrorer(Component):
+    """Mirrors each of its queues' finished tasks, one worker per queue at a time.
+
+    While the database is unreachable the records wait in Redis and are written on a later
+    pass; a record is dropped from the buffer only once its row is written.
+    """
+
+    name = "mirror"
+
+    def __init__(
+        self,
+        *,
+        broker: Broker,
+        worker_id: str,
+        queues: Sequence[str],
+        interval: float,
+        batch_size: int,
+        using: str = "default",
+    ) -> None:
+        super().__init__(interval=interval)
+        self.broker = broker
+        self.worker_id = worker_id
+        self.queues = list(queues)
+        self.batch_size = batch_size
+        self.using = using
+        self.lock_ms = int(max(MIN_LOCK_SECONDS, 3 * interval) * 1000)
+        self._database_down = False
+
+    def run_once(self, *, max_batches: int | None = None) -> int:
+        """Mirror every queue's buffer (or up to `max_batches` per queue); return how many."""
+        connection = connections[self.using]
+        connection.close_if_unusable_or_obsolete()
+        mirrored = 0
+        try:
+            for queue in self.queues:
+                mirrored += self._mirror_queue(queue, max_batches)
+        except DatabaseError as exc:
+            if not self._database_down:
+                self.logger.warning(
+                    "cannot write finished tasks to the database (%s); they wait in Redis", exc
+                )
+            self._database_down = True
+            connection.close()  # reconnect on the next pass
+            return mirrored
+        if self._database_down:
+            self.logger.warning("database reachable again; finished tasks are being mirrored")
+            self._database_down = False
+        return mirrored
+
+    def _mirror_queue(self, queue: str, max_batches: int | None) -> int:
+        mirrored, batches = 0, 0
+        while max_batches is None or batches < max_batches:
+            batches += 1
+            count = mirror_batch(
+                self.broker,
+                queue,
+                worker_id=self.worker_id,
+                limit=self.batch_size,
+                lock_ms=self.lock_ms,
+                using=self.using,
+            )
+            mirrored += count
+            if count < self.batch_size or (max_batches is None and self._stop.is_set()):
+                break
+        return mirrored
+
+    def _loop(self) -> None:
+        super()._loop()
+        self._finish()
+
+    def _finish(self) -> None:
+        """On stop, in this component's thread: a last batch per queue for what the processor
+        finished meanwhile, then hand the queues to another worker and close the connection."""
+        try:
+            self.run_once(max_batches=1)
+            for queue in self.queues:
+                self.broker.ack_finished(queue, [], worker_id=self.worker_id, release=True)
+        except BrokerUnavailable as exc:
+            self.logger.warning("could not finish mirroring: %s", exc)
+        except Exception:
+            self.logger.exception("could not finish mirroring")
+        finally:
+            connections[self.using].close()

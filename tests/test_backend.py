@@ -1,0 +1,201 @@
+"""The `django.tasks` backend: Django's own `@task` functions enqueued through django-rtq, run by
+its worker, their `TaskResult` read from Redis while live and from the ORM mirror after."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from django_rtq import signals as rtq_signals
+from django_rtq.backends import (
+    DjangoInvalidTask,
+    RTQBackend,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    task_enqueued,
+    task_finished,
+    task_started,
+)
+from django_rtq.broker import TaskState
+from django_rtq.models import FinishedTask
+from tests.conftest import wait_for
+from tests.testapp import dtasks
+from tests.testapp.tasks import client, report_key
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def mirroring(settings, prefix):
+    settings.RTQ = {**settings.RTQ, "MIRROR": True}
+
+
+def wait_status(result, status, timeout=10.0):
+    def reached():
+        result.refresh()
+        return result.status == status
+
+    wait_for(reached, timeout, message=f"task {result.id} to be {status}")
+    return result
+
+
+def in_redis(inspector, task_id):
+    try:
+        inspector.get_task(task_id)
+    except Exception:
+        return False
+    return True
+
+
+def test_the_backend_supports_everything_django_tasks_asks_about():
+    backend = dtasks.multiply.get_backend()
+    assert isinstance(backend, RTQBackend)
+    assert backend.supports_defer and backend.supports_priority
+    assert backend.supports_async_task and backend.supports_get_result
+
+
+def test_enqueue_returns_a_ready_result_that_a_worker_completes(mirroring, run_worker, inspector):
+    before = timezone.now()
+    result = dtasks.multiply.enqueue(6, 7)
+    assert result.status == TaskResultStatus.READY and not result.is_finished
+    assert before <= result.enqueued_at <= timezone.now()
+    assert (result.args, result.kwargs, result.attempts) == ([6, 7], {}, 0)
+    assert dtasks.multiply.get_result(result.id).status == TaskResultStatus.READY
+    with pytest.raises(ValueError):
+        result.return_value  # noqa: B018
+
+    with run_worker():
+        wait_status(result, TaskResultStatus.SUCCESSFUL)
+        assert result.return_value == 42
+        assert result.attempts == 1 and result.worker_ids[0]
+        assert result.enqueued_at <= result.started_at <= result.last_attempted_at <= result.finished_at
+        assert result.errors == []
+        # Deleted from Redis at once (no retention), the result is read from the mirror.
+        wait_for(lambda: FinishedTask.objects.filter(pk=result.id).exists())
+    assert not in_redis(inspector, result.id)
+    mirrored = dtasks.multiply.get_result(result.id)
+    assert (mirrored.status, mirrored.return_value, mirrored.attempts) == ("SUCCESSFUL", 42, 1)
+    assert mirrored.finished_at == result.finished_at
+    assert mirrored.worker_ids == result.worker_ids
+
+
+def test_a_running_task_is_reported_running(mirroring, run_worker):
+    result = dtasks.waits.enqueue("waits")
+    with run_worker():
+        wait_status(result, TaskResultStatus.RUNNING)
+        assert result.started_at is not None and result.started_at >= result.enqueued_at
+        assert len(result.worker_ids) == 1 and result.finished_at is None
+        client().rpush(report_key("waits:go"), "1")
+        wait_status(result, TaskResultStatus.SUCCESSFUL)
+    assert result.return_value == "done"
+
+
+def test_a_failed_task_reports_its_error_and_traceback(mirroring, run_worker):
+    result = dtasks.fails.enqueue()
+    with run_worker():
+        wait_status(result, TaskResultStatus.FAILED)
+    assert result.attempts == 1  # django.tasks has no retries unless asked for
+    [error] = result.errors
+    assert error.exception_class is ValueError
+    assert "django task failed" in error.traceback and "def fails" not in error.exception_class_path
+    with pytest.raises(ValueError, match="failed"):
+        result.return_value  # noqa: B018
+    wait_for(lambda: FinishedTask.objects.filter(pk=result.id).exists())
+
+
+def test_rtq_options_combine_with_djangos_task_decorator(mirroring, run_worker):
+    result = dtasks.fails_twice.enqueue("twice")
+    with run_worker():
+        wait_status(result, TaskResultStatus.SUCCESSFUL, timeout=20)
+    assert result.return_value == 3
+    assert result.attempts == 3 and len(result.worker_ids) == 3
+    assert [e.exception_class for e in result.errors] == [RuntimeError, RuntimeError]
+
+
+def test_a_task_taking_its_context_gets_it(mirroring, run_worker):
+    result = dtasks.knows_its_context.enqueue("ctx")
+    with run_worker():
+        wait_status(result, TaskResultStatus.SUCCESSFUL)
+    assert result.return_value == {"label": "ctx", "attempt": 1, "id": result.id}
+
+
+def test_async_tasks_run(mirroring, run_worker):
+    result = dtasks.async_multiply.enqueue(3, 5)
+    with run_worker():
+        wait_status(result, TaskResultStatus.SUCCESSFUL)
+    assert result.return_value == 15
+
+
+def test_queue_priority_and_run_after_are_honoured(mirroring, inspector):
+    later = timezone.now() + timedelta(hours=1)
+    result = dtasks.low_priority.using(run_after=later).enqueue("x")
+    live = inspector.get_task(result.id)
+    assert (live.queue, live.state, live.message.priority) == ("low", TaskState.SCHEDULED, 10)
+    assert live.score_at == pytest.approx(later.timestamp(), abs=0.01)
+    assert result.status == TaskResultStatus.READY
+
+
+def test_async_result_api(mirroring, run_worker):
+    async def enqueue_and_read():
+        result = await dtasks.multiply.aenqueue(2, 2)
+        fetched = await dtasks.multiply.aget_result(result.id)
+        return result, fetched
+
+    result, fetched = asyncio.run(enqueue_and_read())
+    assert fetched.id == result.id and fetched.status == TaskResultStatus.READY
+    with run_worker():
+        wait_status(result, TaskResultStatus.SUCCESSFUL)
+    asyncio.run(fetched.arefresh())
+    assert fetched.return_value == 4
+
+
+def test_djangos_signals_and_rtqs_are_sent(mirroring, run_worker):
+    seen = []
+
+    def on(name):
+        def receiver(sender, **kwargs):
+            result = kwargs.get("task_result")
+            seen.append((name, result.status if result else kwargs["message"].task))
+
+        return receiver
+
+    receivers = {
+        task_enqueued: on("enqueued"),
+        task_started: on("started"),
+        task_finished: on("finished"),
+        rtq_signals.task_started: on("rtq started"),
+        rtq_signals.task_succeeded: on("rtq succeeded"),
+    }
+    for signal, receiver in receivers.items():
+        signal.connect(receiver)
+    try:
+        result = dtasks.multiply.enqueue(1, 2)
+        with run_worker():
+            wait_status(result, TaskResultStatus.SUCCESSFUL)
+            wait_for(lambda: len(seen) == 5)
+    finally:
+        for signal, receiver in receivers.items():
+            signal.disconnect(receiver)
+    name = "tests.testapp.dtasks.multiply"
+    assert seen == [
+        ("enqueued", "READY"),
+        ("rtq started", name),
+        ("started", "RUNNING"),
+        ("finished", "SUCCESSFUL"),
+        ("rtq succeeded", name),
+    ]
+
+
+def test_an_unknown_result_id_does_not_exist(mirroring):
+    with pytest.raises(TaskResultDoesNotExist):
+        dtasks.multiply.get_result("no-such-task")
+
+
+def test_bad_arguments_and_queues_are_refused_at_enqueue(mirroring):
+    with pytest.raises(DjangoInvalidTask, match="JSON"):
+        dtasks.multiply.enqueue(object(), 1)
+    with pytest.raises(DjangoInvalidTask, match="Queue 'nowhere'"):
+        dtasks.multiply.using(queue_name="nowhere")

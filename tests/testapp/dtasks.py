@@ -1,0 +1,48 @@
+"""Tasks declared with Django's own `@task` (django.tasks, or its backport on Django 5.2)."""
+
+try:
+    from django.tasks import task
+except ImportError:
+    from django_tasks import task
+
+from tests.testapp.tasks import client, report, report_key
+
+
+@task
+def multiply(a, b):
+    return a * b
+
+
+@task(queue_name="low", priority=10)
+def low_priority(value):
+    return value
+
+
+@task
+def fails():
+    raise ValueError("django task failed")
+
+
+@task(max_retries=2)
+def fails_twice(name):
+    attempt = client().incr(report_key(f"{name}:attempts"))
+    if attempt <= 2:
+        raise RuntimeError(f"attempt {attempt}")
+    return attempt
+
+
+@task(takes_context=True, retention=60)
+def knows_its_context(context, label):
+    return {"label": label, "attempt": context.attempt, "id": context.task_result.id}
+
+
+@task
+async def async_multiply(a, b):
+    return a * b
+
+
+@task
+def waits(name):
+    report(name, "started")
+    client().blpop(report_key(f"{name}:go"), timeout=20)
+    return "done"
