@@ -24,6 +24,7 @@ RTQ = {
     "DEFAULT_QUEUE": "bench",
     "RETENTION": 0,
     "MIRROR": os.environ.get("RTQ_BENCH_MIRROR") == "1",
+    "MIRROR_INTERVAL": float(os.environ.get("RTQ_BENCH_MIRROR_INTERVAL", "1")),
 }
 
 LOGGING = {

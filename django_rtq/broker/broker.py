@@ -54,6 +54,9 @@ class Completion:
     result_json: str
     retention_ms: int
     unique_key: str | None = None
+    # (started, finished) epoch seconds of a first attempt whose info is empty: the script
+    # writes the info of such an attempt itself
+    times: tuple[float, float] | None = None
 
 
 def utc_day(epoch_seconds: float) -> str:
@@ -310,7 +313,8 @@ class Broker:
             if done.unique_key:
                 keys.append(qk.unique(done.unique_key))
                 unique_index = len(keys)
-            args += [done.id, _dumps(done.info), done.result_json, done.retention_ms, unique_index]
+            info = f"{done.times[0]!r},{done.times[1]!r}" if done.times and not done.info else _dumps(done.info)
+            args += [done.id, info, done.result_json, done.retention_ms, unique_index]
         return self.run_script("complete", keys, args)
 
     def fail(

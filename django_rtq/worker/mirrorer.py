@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 from django.db import DatabaseError, connections
 
@@ -13,13 +14,17 @@ from .component import Component
 
 #: Seconds a worker keeps a queue's mirror lock at least: another takes over if it dies.
 MIN_LOCK_SECONDS = 10.0
+#: While the worker's processor is busy, the largest share of the time the mirrorer writes:
+#: it yields the interpreter to running tasks and catches up once they are done.
+BUSY_SHARE = 0.05
 
 
 class Mirrorer(Component):
     """Mirrors each of its queues' finished tasks, one worker per queue at a time.
 
     While the database is unreachable the records wait in Redis and are written on a later
-    pass; a record is dropped from the buffer only once its row is written.
+    pass; a record is dropped from the buffer only once its row is written. While `busy()`
+    says the worker runs tasks, it writes at most a BUSY_SHARE of the time.
     """
 
     name = "mirror"
@@ -33,8 +38,10 @@ class Mirrorer(Component):
         interval: float,
         batch_size: int,
         using: str = "default",
+        busy: Callable[[], bool] = lambda: False,
     ) -> None:
         super().__init__(interval=interval)
+        self.busy = busy
         self.broker = broker
         self.worker_id = worker_id
         self.queues = list(queues)
@@ -68,6 +75,7 @@ class Mirrorer(Component):
         mirrored, batches = 0, 0
         while max_batches is None or batches < max_batches:
             batches += 1
+            started = time.monotonic()
             count = mirror_batch(
                 self.broker,
                 queue,
@@ -79,6 +87,8 @@ class Mirrorer(Component):
             mirrored += count
             if count < self.batch_size or (max_batches is None and self._stop.is_set()):
                 break
+            if max_batches is None and self.busy():
+                self._stop.wait((time.monotonic() - started) * (1 - BUSY_SHARE) / BUSY_SHARE)
         return mirrored
 
     def _loop(self) -> None:

@@ -165,6 +165,11 @@ class Processor:
 
     # What the heartbeater and the subscriber ask of the processor
 
+    @property
+    def busy(self) -> bool:
+        """Whether tasks are running or waiting for a thread."""
+        return self._in_flight > 0
+
     def owned_by_queue(self) -> dict[str, list[str]]:
         with self._cond:
             grouped: dict[str, list[str]] = defaultdict(list)
@@ -581,13 +586,18 @@ class Processor:
     def _completion(self, outcome: Outcome) -> Completion:
         job = outcome.job
         message = job.message
-        info = {}
-        if message.retention or self.broker.mirror:
+        info, times = {}, None
+        if not message.retention and not self.broker.mirror:
+            pass  # nothing of the attempt is kept
+        elif job.claimed.info:
             info = attempt_info(job.claimed.info, self.worker_id, job.started_at)
             info["finished_at"] = outcome.finished_at
+        else:  # a first attempt, the common case: the script writes its info (cheaper)
+            times = (job.started_at, outcome.finished_at)
         return Completion(
             id=job.id,
             info=info,
+            times=times,
             result_json=outcome.result_json,
             retention_ms=int(message.retention * 1000),
             unique_key=message.unique_key,

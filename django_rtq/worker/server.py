@@ -103,6 +103,7 @@ class Worker:
                 interval=conf.MIRROR_INTERVAL,
                 batch_size=conf.MIRROR_BATCH_SIZE,
                 using=conf.MIRROR_DATABASE,
+                busy=lambda: self.processor.busy,
             )
             if self.broker.mirror
             else None

@@ -18,29 +18,42 @@
 -- ARGV[2] -> worker id
 -- ARGV[3] -> counter TTL (s)
 -- ARGV[4] -> 1 to keep records for the ORM mirror, 0 not to
--- ARGV[5..] -> five per task: id, info JSON, result JSON, retention (ms), index of its
---              unique key in KEYS (0 = none)
+-- ARGV[5..] -> five per task: id, info JSON (or "<started>,<finished>" in epoch seconds
+--              for a first attempt: the script writes its info), result JSON, retention (ms),
+--              index of its unique key in KEYS (0 = none)
 --
 -- Returns: the number of tasks settled.
 local active, owner, state, msg, info, result, priority, completed, processed, finished =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local now, worker, counter_ttl, mirror = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4] == '1'
 local FIELDS = 5
+local worker_json = cjson.encode(worker)
+
+-- The info of a first attempt that succeeded, from its start and finish times.
+local function first_attempt_info(times)
+  local started, finished = string.match(times, '^([^,]+),([^,]+)$')
+  return '{"started_at":' .. started .. ',"attempted_at":' .. started .. ',"finished_at":' .. finished ..
+    ',"worker":' .. worker_json .. ',"workers":[' .. worker_json .. ']}'
+end
 
 local settled = 0
 for i = 5, #ARGV, FIELDS do
   local id = ARGV[i]
   if redis.call('HGET', owner, id) == worker then
     local retention, unique_index = tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
+    local info_json = ARGV[i + 1]
+    if (mirror or retention > 0) and string.sub(info_json, 1, 1) ~= '{' then
+      info_json = first_attempt_info(info_json)
+    end
     redis.call('ZREM', active, id)
     redis.call('HDEL', owner, id)
     if unique_index > 0 then release_unique(KEYS[unique_index], id) end
     if mirror then
-      buffer_finished(finished, id, 'succeeded', now, redis.call('HGET', msg, id), ARGV[i + 1], ARGV[i + 2])
+      buffer_finished(finished, id, 'succeeded', now, redis.call('HGET', msg, id), info_json, ARGV[i + 2])
     end
     if retention > 0 then
       redis.call('HSET', state, id, 'completed')
-      redis.call('HSET', info, id, ARGV[i + 1])
+      redis.call('HSET', info, id, info_json)
       redis.call('HSET', result, id, ARGV[i + 2])
       redis.call('ZADD', completed, now + retention, id)
     else
