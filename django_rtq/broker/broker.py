@@ -313,7 +313,10 @@ class Broker:
             if done.unique_key:
                 keys.append(qk.unique(done.unique_key))
                 unique_index = len(keys)
-            info = f"{done.times[0]!r},{done.times[1]!r}" if done.times and not done.info else _dumps(done.info)
+            if done.times and not done.info:
+                info = f"{done.times[0]!r},{done.times[1]!r}"
+            else:
+                info = _dumps(done.info)
             args += [done.id, info, done.result_json, done.retention_ms, unique_index]
         return self.run_script("complete", keys, args)
 
