@@ -192,7 +192,7 @@ class RTQBackend(BaseTaskBackend):
             workers=row.workers or [row.worker] * row.attempts,
             return_value=row.return_value,
             started_at=row.started_at,
-            last_attempted_at=row.finished_at - row.duration if row.duration is not None else row.started_at,
+            last_attempted_at=_last_attempt(row),
             finished_at=row.finished_at,
         )
 
@@ -256,6 +256,14 @@ def _task_type(task: Task) -> TaskType:
         run_after=task.run_after,
         takes_context=task.takes_context,
     ).rtq_task_type
+
+
+def _last_attempt(row: Any) -> datetime | None:
+    """When the row's last attempt started: never before the first (both are rounded to µs)."""
+    if row.duration is None:
+        return row.started_at
+    last = row.finished_at - row.duration
+    return max(last, row.started_at) if row.started_at else last
 
 
 def _when(value: float | datetime | None) -> datetime | None:
