@@ -3,13 +3,15 @@
 Run from the repository root:
 
     python bench/throughput.py [--tasks 20000] [--latency-tasks 500] [--concurrency 10]
-                               [--mirror both|on|off] [--redis-url redis://127.0.0.1:6379/0]
+                               [--mirror both|on|off] [--repeat 1]
+                               [--redis-url redis://127.0.0.1:6379/0]
 
 It measures, one printed line each: enqueueing one by one, bulk enqueueing, draining a
 queue with one worker process (with the ORM mirror of finished tasks off, then on: the
-worker writes every finished task to an SQLite file), and the end-to-end latency of single
-tasks sent to an idle worker. Every run uses a fresh key prefix ("rtqbench-<random>") and
-deletes its keys at the end.
+worker writes every finished task to an SQLite file; `--repeat N` alternates the two N
+times and prints the median rates, since one drain varies by 10-20% on a shared box), and
+the end-to-end latency of single tasks sent to an idle worker. Every run uses a fresh key
+prefix ("rtqbench-<random>") and deletes its keys at the end.
 """
 
 from __future__ import annotations
@@ -54,6 +56,12 @@ def parse_args() -> argparse.Namespace:
         choices=["both", "on", "off"],
         default="both",
         help="drain with the ORM mirror of finished tasks off, on, or both (off first)",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="drain this many times in each mirror mode, alternating, and print the medians",
     )
     parser.add_argument(
         "--latency-gap",
@@ -207,7 +215,8 @@ def stop_worker(worker: subprocess.Popen) -> int | None:
     return worker.returncode
 
 
-def bench_drain(n: int, concurrency: int, broker, inspector, workers: list, *, mirror: bool) -> None:
+def bench_drain(n: int, concurrency: int, broker, inspector, workers: list, *, mirror: bool) -> float:
+    """Drain n tasks with a fresh worker process; print and return the rate (tasks/s)."""
     from bench.tasks import noop
     from django_rtq import enqueue_many
     from django_rtq.broker.broker import utc_day
@@ -267,6 +276,21 @@ def bench_drain(n: int, concurrency: int, broker, inspector, workers: list, *, m
             time.sleep(POLL_INTERVAL * 10)
         lag = time.perf_counter() - start - elapsed
         print(f"mirror: all {n} finished tasks in the ORM {lag:.2f} s after the drain ended", flush=True)
+    return n / elapsed
+
+
+def print_drain_medians(rates: dict[bool, list[float]]) -> None:
+    """The median rate of each mode and, with both, what the mirror costs the drain."""
+    medians = {mirror: statistics.median(values) for mirror, values in rates.items() if values}
+    for mirror, median in medians.items():
+        print(
+            f"drain median, mirror {'on' if mirror else 'off'}: {median:,.0f} tasks/s "
+            f"over {len(rates[mirror])} runs",
+            flush=True,
+        )
+    if len(medians) == 2:
+        cost = 1 - medians[True] / medians[False]
+        print(f"mirror cost: {cost:.1%} of the median drain rate", flush=True)
 
 
 def bench_latency(m: int, gap: float, broker) -> None:
@@ -388,10 +412,15 @@ def main() -> int:
         bench_enqueue_one_by_one(args.tasks, broker, clear_queue)
         bench_enqueue_bulk(args.tasks, clear_queue)
         modes = {"both": [False, True], "on": [True], "off": [False]}[args.mirror]
-        for mirror in modes:
-            if workers:
-                stop_worker(workers.pop())
-            bench_drain(args.tasks, args.concurrency, broker, inspector, workers, mirror=mirror)
+        rates: dict[bool, list[float]] = {mirror: [] for mirror in modes}
+        for _ in range(args.repeat):
+            for mirror in modes:
+                if workers:
+                    stop_worker(workers.pop())
+                rate_ = bench_drain(args.tasks, args.concurrency, broker, inspector, workers, mirror=mirror)
+                rates[mirror].append(rate_)
+        if args.repeat > 1:
+            print_drain_medians(rates)
         bench_latency(args.latency_tasks, args.latency_gap, broker)
         bench_latency_floor(args.latency_tasks, args.latency_gap, client, args.redis_url, prefix)
         code = stop_worker(workers.pop())

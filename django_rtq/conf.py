@@ -37,6 +37,7 @@ DEFAULT_MIRROR_INTERVAL_SECONDS = 1.0
 DEFAULT_MIRROR_BATCH_SIZE = 500
 DEFAULT_MIRROR_MAX_AGE_SECONDS = 30 * 24 * 3600.0  # rows older than this are pruned by rtq_prune
 DEFAULT_SCHEDULER_INTERVAL_SECONDS = 1.0
+DEFAULT_COMMAND_INTERVAL_SECONDS = 0.5  # how often a worker looks for workflow commands left over
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,6 +85,12 @@ class RTQSettings:
     # periodic tasks: name -> {"task": ..., "cron": ... | "every": seconds, "args", "kwargs", ...}
     PERIODIC: dict[str, dict[str, Any]] = field(default_factory=dict)
     SCHEDULER_INTERVAL: float = DEFAULT_SCHEDULER_INTERVAL_SECONDS
+    # workflows: seconds between a worker's looks for commands no one applied yet
+    COMMAND_INTERVAL: float = DEFAULT_COMMAND_INTERVAL_SECONDS
+    # the REST API (django_rtq.api): DRF classes as dotted paths; None = admin users only
+    API_AUTHENTICATION_CLASSES: list[str] | None = None
+    API_PERMISSION_CLASSES: list[str] | None = None
+    API_PAGE_SIZE: int = 50
 
 
 @functools.cache

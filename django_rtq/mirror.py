@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from functools import cache
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, InterfaceError, OperationalError, transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, connections, models, transaction
+from django.db.models.constants import OnConflict
 from django.utils import timezone
 
 from .broker import Broker
@@ -20,11 +22,17 @@ logger = logging.getLogger(__name__)
 #: Errors that mean the database cannot be reached now (retry later), not that a row is bad.
 UNAVAILABLE = (OperationalError, InterfaceError)
 
-_UPDATED_FIELDS = [f.name for f in FinishedTask._meta.concrete_fields if not f.primary_key]
+#: A row to write: FinishedTask's field values by attribute name.
+Row = Mapping[str, Any]
 
 
 def row_from_record(task_id: str, queue: str, record_json: str) -> FinishedTask:
-    """Build the (unsaved) row of a buffered record, as `buffer_finished` in `_lib.lua` wrote it."""
+    """The (unsaved) row of a buffered record, as `buffer_finished` in `_lib.lua` wrote it."""
+    return FinishedTask(**values_from_record(task_id, queue, record_json))
+
+
+def values_from_record(task_id: str, queue: str, record_json: str) -> dict[str, Any]:
+    """A buffered record's row as field values by attribute name."""
     record = json.loads(record_json)
     msg = record.get("msg")
     info = record.get("info") or {}
@@ -35,7 +43,7 @@ def row_from_record(task_id: str, queue: str, record_json: str) -> FinishedTask:
     finished_at = info.get("finished_at" if succeeded else "failed_at") or record["finished_at"] / 1000
     attempted_at = info.get("attempted_at")
     workers = info.get("workers") or []
-    return FinishedTask(
+    return dict(
         task_id=task_id,
         task_name=_clip(msg.get("task") or ""),
         queue=queue,
@@ -59,12 +67,43 @@ def row_from_record(task_id: str, queue: str, record_json: str) -> FinishedTask:
     )
 
 
-def write_rows(rows: Sequence[FinishedTask], *, using: str = "default") -> None:
-    """Insert or update the rows by task id, in one statement: writing a row twice is harmless."""
-    with transaction.atomic(using=using):
-        FinishedTask.objects.using(using).bulk_create(
-            rows, update_conflicts=True, unique_fields=["task_id"], update_fields=_UPDATED_FIELDS
-        )
+def write_rows(rows: Sequence[Row], *, using: str = "default") -> None:
+    """Insert or update the rows by task id, in one transaction: writing a row twice is harmless.
+
+    One prepared upsert run for every row: several times cheaper than `bulk_create`, which
+    compiles SQL for each chunk of rows, and the mirror shares the worker's interpreter.
+    """
+    connection = connections[using]
+    sql, columns = _upsert(connection.vendor, using)
+    params = [
+        [
+            row[name] if field is None else field.get_db_prep_save(row[name], connection)
+            for name, field in columns
+        ]
+        for row in rows
+    ]
+    with transaction.atomic(using=using), connection.cursor() as cursor:
+        cursor.executemany(sql, params)
+
+
+@cache
+def _upsert(vendor: str, alias: str) -> tuple[str, list[tuple[str, models.Field | None]]]:
+    """FinishedTask's upsert statement on a database, and its columns: each field's attribute
+    name, with the field where the value needs preparing (None where the driver takes it as is)."""
+    connection = connections[alias]
+    fields = FinishedTask._meta.concrete_fields
+    pk = FinishedTask._meta.pk
+    suffix = connection.ops.on_conflict_suffix_sql(
+        fields, OnConflict.UPDATE, [f.column for f in fields if f is not pk], [pk.column]
+    )
+    sql = "INSERT INTO {} ({}) VALUES ({}) {}".format(
+        connection.ops.quote_name(FinishedTask._meta.db_table),
+        ", ".join(connection.ops.quote_name(field.column) for field in fields),
+        ", ".join(["%s"] * len(fields)),
+        suffix,
+    )
+    plain = (models.CharField, models.TextField, models.IntegerField)
+    return sql, [(f.attname, None if isinstance(f, plain) else f) for f in fields]
 
 
 def mirror_batch(
@@ -82,7 +121,7 @@ def mirror_batch(
     rows = []
     for task_id, record in records:
         try:
-            rows.append(row_from_record(task_id, queue, record))
+            rows.append(values_from_record(task_id, queue, record))
         except (ValueError, KeyError, TypeError) as exc:
             logger.error(
                 "dropping unreadable record of finished task %r in queue %r: %s", task_id, queue, exc
@@ -99,28 +138,32 @@ def mirror_batch(
     return len(records)
 
 
-def _write_one(row: FinishedTask, *, using: str) -> None:
+def _write_one(row: Row, *, using: str) -> None:
+    task_id = row["task_id"]
     try:
         write_rows([row], using=using)
     except UNAVAILABLE:
         raise
     except DatabaseError as exc:
-        logger.warning("finished task %r could not be mirrored as is (%s); storing it sanitized", row.pk, exc)
-        for name in ("args", "kwargs", "return_value"):
-            setattr(row, name, _sanitized(getattr(row, name)))
-        for name in ("error_message", "traceback"):
-            setattr(row, name, getattr(row, name).replace("\x00", ""))
+        logger.warning(
+            "finished task %r could not be mirrored as is (%s); storing it sanitized", task_id, exc
+        )
+        row = {name: _sanitized(value) for name, value in row.items()}
         try:
             write_rows([row], using=using)
         except UNAVAILABLE:
             raise
         except DatabaseError:
-            logger.exception("finished task %r could not be mirrored; dropped from the buffer", row.pk)
+            logger.exception("finished task %r could not be mirrored; dropped from the buffer", task_id)
 
 
 def _sanitized(value: Any) -> Any:
     """The value without NUL characters, which PostgreSQL's text and jsonb refuse."""
-    return json.loads(json.dumps(value).replace("\\u0000", ""))
+    if isinstance(value, str):
+        return value.replace("\x00", "")
+    if isinstance(value, (list, dict)):
+        return json.loads(json.dumps(value).replace("\\u0000", ""))
+    return value
 
 
 def as_datetime(epoch_seconds: float | None) -> datetime | None:

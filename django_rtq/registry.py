@@ -37,6 +37,7 @@ TYPE_OPTIONS = frozenset(
         "retention",
         "cron",
         "every",
+        "expose",
     }
 )
 #: Type options that make a task periodic (see periodic.py); not for one call.
@@ -63,12 +64,19 @@ class TaskType:
         return self.func(*args, **kwargs)
 
     @property
+    def exposed(self) -> bool:
+        """Whether the REST API may enqueue this task type (`@task(expose=True)`)."""
+        return bool(self.options.get("expose"))
+
+    @property
     def retry_backoff(self) -> Backoff:
         return resolve_backoff(self.options.get("retry_backoff") or get_settings().RETRY_BACKOFF)
 
     def using(self, **options: Any) -> TaskType:
         """Return this task type with options overridden for the calls made through it."""
-        check_options(options, TYPE_OPTIONS - {"retry_backoff", *SCHEDULE_OPTIONS} | CALL_OPTIONS, self.name)
+        check_options(
+            options, TYPE_OPTIONS - {"retry_backoff", "expose", *SCHEDULE_OPTIONS} | CALL_OPTIONS, self.name
+        )
         return replace(self, options={**self.options, **options})
 
     def prepare(self, *args: Any, **kwargs: Any) -> TaskMessage:

@@ -4,6 +4,7 @@ batches by the worker, exactly once, through a database outage; and the prune co
 from __future__ import annotations
 
 import sqlite3
+import threading
 from datetime import timedelta
 
 import pytest
@@ -14,6 +15,7 @@ from django.utils import timezone
 from django_rtq.broker import TaskMessage, TaskState
 from django_rtq.mirror import mirror_batch
 from django_rtq.models import FinishedTask
+from django_rtq.worker.mirrorer import BACKLOG_STEP, BUSY_SHARE, MAX_BUSY_SHARE, Mirrorer, busy_share
 from tests.conftest import wait_for
 from tests.proxy import TCPProxy
 from tests.test_broker import WORKER, claim_ids, done, fail, message
@@ -169,9 +171,9 @@ def test_mirroring_twice_writes_each_task_once(mirroring, broker):
     broker.complete("default", [done(i) for i in ids], worker_id=WORKER)
     records = broker.take_finished("default", worker_id="a", lock_ms=10_000, limit=10)
     # A mirror that wrote the rows but died before its ack: the next one writes them again.
-    from django_rtq.mirror import row_from_record, write_rows
+    from django_rtq.mirror import values_from_record, write_rows
 
-    write_rows([row_from_record(i, "default", r) for i, r in records])
+    write_rows([values_from_record(i, "default", r) for i, r in records])
     assert mirror_batch(broker, "default", worker_id="a", limit=10, lock_ms=1000) == 5
     assert sorted(FinishedTask.objects.values_list("task_id", flat=True)) == sorted(ids)
     assert buffered(broker) == 0
@@ -212,3 +214,21 @@ def test_prune_deletes_rows_older_than_the_setting(settings, prefix):
 def test_message_json_is_what_the_mirror_reads():
     # The mirror reads these message fields by name from the buffered record.
     assert {"task", "args", "kwargs", "priority", "enqueued_at", "parent"} <= set(TaskMessage.__slots__)
+
+
+def test_the_mirror_takes_a_larger_share_of_a_busy_worker_as_its_backlog_grows():
+    assert busy_share(0) == busy_share(BACKLOG_STEP) == BUSY_SHARE
+    assert busy_share(4 * BACKLOG_STEP) == pytest.approx(4 * BUSY_SHARE)
+    assert busy_share(10**9) == MAX_BUSY_SHARE
+
+
+def test_the_mirror_stops_yielding_once_the_worker_is_idle(mirroring, broker):
+    looks = iter([True, True, False])
+    mirrorer = Mirrorer(
+        broker=broker, worker_id=WORKER, queues=["default"], interval=1, batch_size=10,
+        busy=lambda: next(looks, False),
+    )  # fmt: skip
+    yielding = threading.Thread(target=mirrorer._yield_to_tasks, args=("default", 3600.0))
+    yielding.start()
+    yielding.join(timeout=10)  # a batch of an hour would otherwise make it wait for days
+    assert not yielding.is_alive()

@@ -485,6 +485,11 @@ class Broker:
             args += [task_id, hashlib.sha1(record.encode()).hexdigest()]
         return self.run_script("mirror_ack", [qk.mirror_lock, qk.finished], args)
 
+    def finished_backlog(self, queue: str) -> int:
+        """How many finished tasks' records of a queue wait to be mirrored."""
+        with translate_errors():
+            return self.client.hlen(self.queue(queue).finished)
+
     def finished_records(self, task_id: str, queues: Iterable[str]) -> dict[str, str]:
         """Return {queue: record JSON} of a finished task still waiting to be mirrored."""
         queues = list(queues)

@@ -14,9 +14,15 @@ from .component import Component
 
 #: Seconds a worker keeps a queue's mirror lock at least: another takes over if it dies.
 MIN_LOCK_SECONDS = 10.0
-#: While the worker's processor is busy, the largest share of the time the mirrorer writes:
-#: it yields the interpreter to running tasks and catches up once they are done.
+#: While the worker's processor is busy, the share of the time the mirrorer writes: it yields
+#: the interpreter to running tasks and catches up once they are done...
 BUSY_SHARE = 0.05
+#: ...unless the buffer grows: the share grows by BUSY_SHARE for each BACKLOG_STEP records
+#: waiting, up to MAX_BUSY_SHARE, so that a worker busy for hours cannot fill Redis's memory.
+BACKLOG_STEP = 50_000
+MAX_BUSY_SHARE = 0.5
+#: Seconds between two looks at whether the worker is still busy, while the mirrorer yields.
+BUSY_POLL = 0.1
 
 
 class Mirrorer(Component):
@@ -88,8 +94,17 @@ class Mirrorer(Component):
             if count < self.batch_size or (max_batches is None and self._stop.is_set()):
                 break
             if max_batches is None and self.busy():
-                self._stop.wait((time.monotonic() - started) * (1 - BUSY_SHARE) / BUSY_SHARE)
+                self._yield_to_tasks(queue, time.monotonic() - started)
         return mirrored
+
+    def _yield_to_tasks(self, queue: str, batch_seconds: float) -> None:
+        """Wait long enough that a batch of `batch_seconds` is the busy share of the time, or
+        until the worker is idle again."""
+        share = busy_share(self.broker.finished_backlog(queue))
+        deadline = time.monotonic() + batch_seconds * (1 - share) / share
+        while self.busy() and not self._stop.wait(min(BUSY_POLL, deadline - time.monotonic())):
+            if time.monotonic() >= deadline:
+                break
 
     def _loop(self) -> None:
         super()._loop()
@@ -108,3 +123,8 @@ class Mirrorer(Component):
             self.logger.exception("could not finish mirroring")
         finally:
             connections[self.using].close()
+
+
+def busy_share(backlog: int) -> float:
+    """The share of the time to mirror while the worker runs tasks, with `backlog` records waiting."""
+    return min(MAX_BUSY_SHARE, BUSY_SHARE * max(1.0, backlog / BACKLOG_STEP))

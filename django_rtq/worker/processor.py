@@ -38,6 +38,8 @@ logger = logging.getLogger(__name__)
 
 #: Outcomes settled in one round trip at most.
 SETTLE_BATCH = 1000
+#: Seconds a worker counts as busy after its last task in flight finished.
+BUSY_GRACE = 0.5
 #: Seconds between the watchdog's looks for tasks past their timeout or deadline.
 WATCHDOG_INTERVAL = 0.05
 #: Seconds an async task gets to honour a cancellation before its thread is abandoned.
@@ -87,6 +89,7 @@ class Processor:
         # worth of tasks beyond `concurrency` waits in memory, so claims come in batches.
         self.capacity = 2 * concurrency
         self._in_flight = 0
+        self._idle_since = -BUSY_GRACE  # when the last task in flight finished (monotonic)
         self._queued = 0  # of those, how many wait for a thread
         self._owned: dict[str, Job | ClaimedTask] = {}  # claimed and not yet settled: leases to extend
         self._running: dict[str, Job] = {}
@@ -167,8 +170,9 @@ class Processor:
 
     @property
     def busy(self) -> bool:
-        """Whether tasks are running or waiting for a thread."""
-        return self._in_flight > 0
+        """Whether tasks are running or waiting for a thread, or were a moment ago: a worker
+        draining a queue has none in flight for an instant between two claims."""
+        return self._in_flight > 0 or time.monotonic() - self._idle_since < BUSY_GRACE
 
     def owned_by_queue(self) -> dict[str, list[str]]:
         with self._cond:
@@ -485,6 +489,8 @@ class Processor:
     def _finish_locked(self, job: Job) -> None:
         """Free the job's slot (the caller holds the lock)."""
         self._in_flight -= 1
+        if not self._in_flight:
+            self._idle_since = time.monotonic()
         self._cond.notify_all()
 
     # Timeouts, deadlines and cancellation
