@@ -12,3 +12,4 @@ class RTQConfig(AppConfig):
     def ready(self) -> None:
         autodiscover_modules("tasks")
         from . import checks  # noqa: F401  (registers the system checks)
+        from .workflows import iterate  # noqa: F401  (registers the task that runs iterators)

@@ -20,6 +20,13 @@ class TaskContext:
     started_at: float = 0.0  # of this attempt, epoch seconds
     info: dict = field(default_factory=dict)  # attempt facts before this attempt (workers, errors)
 
+    def progress(self, done: float, total: float | None = None) -> None:
+        """Report how far the task has come (`done` of `total`), for the inspector and admin."""
+        from .broker.workflow import set_progress
+        from .connection import get_broker
+
+        set_progress(get_broker(), self.queue, self.id, done, total)
+
 
 _current: ContextVar[TaskContext | None] = ContextVar("rtq_current_task", default=None)
 

@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
@@ -22,6 +22,9 @@ from .conf import get_settings, validate_queue_name
 from .connection import get_broker
 from .exceptions import InvalidTask
 from .retry import Backoff, resolve_backoff
+
+if TYPE_CHECKING:
+    from .workflows.canvas import Signature
 
 #: Options a task type takes in `@task(...)`; all but `retry_backoff` can be overridden per call.
 TYPE_OPTIONS = frozenset(
@@ -78,6 +81,18 @@ class TaskType:
             options, TYPE_OPTIONS - {"retry_backoff", "expose", *SCHEDULE_OPTIONS} | CALL_OPTIONS, self.name
         )
         return replace(self, options={**self.options, **options})
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """A call of this task as a workflow step; it receives the previous step's result first."""
+        from .workflows.canvas import Signature
+
+        return Signature(self, args, kwargs)
+
+    def si(self, *args: Any, **kwargs: Any) -> Signature:
+        """A call of this task as a workflow step that ignores the previous step's result."""
+        from .workflows.canvas import Signature
+
+        return Signature(self, args, kwargs, immutable=True)
 
     def prepare(self, *args: Any, **kwargs: Any) -> TaskMessage:
         """Build (and validate) the message an enqueue of these arguments would send."""

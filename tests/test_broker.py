@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from django_rtq.broker import Broker, ClaimedTask, TaskMessage, TaskState
+from django_rtq.broker import Broker, ClaimedTask, TaskMessage, TaskState, workflow
 from django_rtq.broker import broker as broker_module
 from django_rtq.broker.broker import Completion, utc_day
 from django_rtq.broker.inspect import Inspector
@@ -80,6 +80,8 @@ def make_tasks(broker: Broker, state: TaskState, queue: str = EMAILS, count: int
     """Put `count` new tasks in `state` (retry and scheduled ones fall due in 60 s)."""
     if state == TaskState.SCHEDULED:
         return enqueue(broker, queue, count, process_at=broker.clock() + 60, **fields)
+    if state == TaskState.WAITING:
+        return make_workflows(broker, queue, count)
     ids = enqueue(broker, queue, count, **fields)
     if state == TaskState.PENDING:
         return ids
@@ -91,6 +93,27 @@ def make_tasks(broker: Broker, state: TaskState, queue: str = EMAILS, count: int
         retry_at_ms = broker.now_ms() + 60_000
         for task_id in ids:
             fail(broker, queue, task_id, state, retry_at_ms=retry_at_ms, unique_key=unique_key)
+    return ids
+
+
+def make_workflows(broker: Broker, queue: str, count: int) -> list[str]:
+    """Create `count` groups waiting for one child each (not enqueued)."""
+    ids = [uuid.uuid4().hex for _ in range(count)]
+    fields = {"kind": "group", "n": 1, "done": 0, "queue": queue, "on_error": "fail", "retention": 0}
+    workflow.activate(
+        broker,
+        queue,
+        cmd_id="",
+        workflows=[
+            {
+                "id": i,
+                "msg": TaskMessage(id=i, task="django_rtq.group", queue=queue).to_json(),
+                "fields": fields,
+                "commands": [],
+            }
+            for i in ids
+        ],
+    )
     return ids
 
 

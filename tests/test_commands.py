@@ -163,6 +163,7 @@ def test_stats_shows_a_row_per_queue(rtq: Broker, clock: FakeClock):
         "RETRY": "2",
         "ARCHIVED": "1",
         "COMPLETED": "1",
+        "WAITING": "0",
         "PROCESSED TODAY": "4",
         "FAILED TODAY": "3",
         "OLDEST PENDING": "2m 5s",
@@ -190,6 +191,7 @@ def test_stats_as_json(rtq: Broker, clock: FakeClock):
                 "failed_today": 3,
                 "paused": False,
                 "oldest_pending_age": 10.0,
+                "waiting": 0,
                 "size": 10,
             }
         ]
@@ -313,7 +315,7 @@ def test_tasks_says_when_a_page_is_empty(rtq: Broker):
         (("nope", "pending"), "Unknown queue 'nope'. Known queues: default, emails, low."),
         (
             (EMAILS, "done"),
-            "Unknown state 'done'. States: scheduled, pending, active, retry, archived, completed.",
+            "Unknown state 'done'. States: scheduled, pending, active, retry, archived, completed, waiting.",
         ),
         ((EMAILS, "pending", "--page", "0"), "--page must be at least 1."),
         ((EMAILS, "pending", "--page-size", "0"), "--page-size must be between 1 and 1000."),
@@ -369,6 +371,8 @@ def test_task_shows_every_field(rtq: Broker, clock: FakeClock):
         "enqueued_at": START,
         "process_at": "-",
         "parent": "-",
+        "parent_queue": "-",
+        "position": "-",
         "started_at": START,
         "failed_at": "2023-11-14 22:13:22 UTC",
         "worker": WORKER,

@@ -238,7 +238,7 @@ def test_delete_removes_tasks_in_any_state_but_active(inspector: Inspector):
     made = make_each(broker, dict.fromkeys(S, 1))
     every_id = [task_id for ids in made.values() for task_id in ids]
 
-    assert inspector.delete(EMAILS, every_id) == 5
+    assert inspector.delete(EMAILS, every_id) == len(S) - 1  # all but the active one
     assert inspector.delete(EMAILS, []) == 0
 
     for state, [task_id] in made.items():

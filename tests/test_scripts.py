@@ -11,7 +11,7 @@ import pytest
 from redis.crc import key_slot
 from redis.exceptions import ClusterCrossSlotError, RedisClusterException
 
-from django_rtq.broker import Broker, TaskState
+from django_rtq.broker import Broker, TaskState, workflow
 from django_rtq.broker.inspect import Inspector
 from django_rtq.broker.scripts import LuaScript, load_scripts
 from tests.cluster import Cluster, FakeClock
@@ -105,6 +105,27 @@ def exercise_every_operation(broker: Broker, clock: FakeClock) -> None:
     inspector.archive_all(BILLING, TaskState.PENDING)
     inspector.delete_all(BILLING, TaskState.ARCHIVED)
     make_tasks(broker, TaskState.COMPLETED, SEARCH)
+    exercise_workflows(broker, clock)
+
+
+def exercise_workflows(broker: Broker, clock: FakeClock) -> None:
+    """Create two workflows with a task beside them, settle one's child, cancel the other,
+    and take and remove the commands that wrote."""
+    fields = {"kind": "group", "n": 2, "done": 0, "queue": BILLING, "on_error": "fail"}
+    fields |= {"created": clock.ms(), "retention": 0, "queue:0": EMAILS, "queue:1": SEARCH}
+    workflow.activate(
+        broker,
+        BILLING,
+        cmd_id="activate:test",
+        tasks=[["wf-task", message(BILLING, id="wf-task").to_json(), 0, 0]],
+        workflows=[
+            {"id": name, "msg": message(BILLING, id=name).to_json(), "fields": fields, "commands": []}
+            for name in ("wf-1", "wf-2")
+        ],
+    )
+    workflow.child_outcome(broker, BILLING, "wf-1", cmd_id="child:a", position=0, ok=True, payload_json="1")
+    workflow.cancel_workflow(broker, BILLING, "wf-2", error_type="Cancelled", message="cancelled")
+    workflow.commands_done(broker, BILLING, workflow.take_commands(broker, BILLING))
     clock.advance(3600)
     broker.trim(EMAILS, archive_max_age_ms=1000, archive_max_size=10)
     broker.trim(SEARCH, archive_max_age_ms=1000, archive_max_size=10)

@@ -57,6 +57,8 @@ class Completion:
     # (started, finished) epoch seconds of a first attempt whose info is empty: the script
     # writes the info of such an attempt itself
     times: tuple[float, float] | None = None
+    # a workflow's child: the command to its workflow, up to the result (see child_notice)
+    notify: str = ""
 
 
 def utc_day(epoch_seconds: float) -> str:
@@ -196,7 +198,7 @@ class Broker:
                 calls.append(("enqueue", keys, args))
                 chunks.append(chunk)
         results = self._run_pipelined(calls)
-        self._register_queues(by_queue)
+        self.register_queues(by_queue)
         for chunk, (code, *rest) in zip(chunks, results, strict=True):
             if code == 1:
                 message = chunk[rest[0] - 1]
@@ -238,7 +240,7 @@ class Broker:
         args += [schedule, tick_ms, message.id, message.to_json(), message.priority, unique_ttl_ms]
         code = self.run_script("enqueue_periodic", keys, args)
         if code == 1:
-            self._register_queues([message.queue])
+            self.register_queues([message.queue])
         return ("done", "enqueued", "armed", "exists", "locked")[code]
 
     def periodic_ticks(self, queue: str) -> dict[str, int]:
@@ -246,7 +248,7 @@ class Broker:
         with translate_errors():
             return {name: int(tick) for name, tick in self.client.hgetall(self.queue(queue).periodic).items()}
 
-    def _register_queues(self, queues: Iterable[str]) -> None:
+    def register_queues(self, queues: Iterable[str]) -> None:
         new = set(queues) - self._known_queues
         if new:
             with translate_errors():
@@ -306,6 +308,9 @@ class Broker:
             qk.completed,
             qk.processed(utc_day(now_ms / 1000)),
             qk.finished,
+            qk.progress,
+            qk.commands,
+            qk.command,
         ]
         args: list[Any] = [now_ms, worker_id, self.counter_ttl, int(self.mirror)]
         for done in completions:
@@ -317,7 +322,7 @@ class Broker:
                 info = f"{done.times[0]!r},{done.times[1]!r}"
             else:
                 info = _dumps(done.info)
-            args += [done.id, info, done.result_json, done.retention_ms, unique_index]
+            args += [done.id, info, done.result_json, done.retention_ms, unique_index, done.notify]
         return self.run_script("complete", keys, args)
 
     def fail(
@@ -353,6 +358,9 @@ class Broker:
             qk.failed(day),
             qk.msg,
             qk.finished,
+            qk.progress,
+            qk.commands,
+            qk.command,
         ]
         if unique_key:
             keys.append(qk.unique(unique_key))

@@ -14,9 +14,14 @@ from ..exceptions import InvalidStateTransition, TaskNotFound
 from .broker import Broker, translate_errors, utc_day
 from .message import TaskMessage
 from .states import TaskState
+from .workflow import cancel_workflow
 
+#: The error type of a workflow cancelled (or deleted) by hand.
+CANCELLED = "django_rtq.exceptions.TaskCancelled"
 #: Tasks moved per script call when acting on a whole state of a queue.
 BULK_PAGE = 500
+#: Tasks a search by task name looks at, from the start of a list (bounded: a list may hold millions).
+NAME_SEARCH_SCAN = 1000
 #: States whose lists show the newest first.
 NEWEST_FIRST = (TaskState.ARCHIVED, TaskState.COMPLETED)
 #: The states `purge` empties, upstream ones first (active tasks are left to their worker).
@@ -44,10 +49,14 @@ class QueueStats:
     failed_today: int
     paused: bool
     oldest_pending_age: float | None  # seconds since the next pending task was enqueued
+    waiting: int = 0  # workflows waiting for their children
 
     @property
     def size(self) -> int:
-        return self.pending + self.active + self.scheduled + self.retry + self.archived + self.completed
+        return (
+            self.pending + self.active + self.scheduled + self.retry + self.archived + self.completed
+            + self.waiting
+        )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,6 +72,17 @@ class TaskInfo:
     result: Any = None
     score_at: float | None = None  # epoch seconds: next attempt, archived at, lease or retention end
     owner: str | None = None  # worker holding an active task
+    # {"done", "total"}: what a running task reported, or a workflow's finished children
+    progress: dict[str, Any] | None = None
+    # a waiting workflow's own facts: kind, stage, counters (see workflows/planner.py)
+    workflow: dict[str, Any] | None = None
+
+    @property
+    def children(self) -> list[str]:
+        """Ids of a waiting workflow's children that have started and not finished."""
+        if not self.workflow:
+            return []
+        return [f"{self.id}.{name[6:]}" for name in self.workflow if name.startswith("queue:")]
 
     @property
     def retried(self) -> int:
@@ -97,6 +117,7 @@ class Inspector:
                 TaskState.RETRY,
                 TaskState.ARCHIVED,
                 TaskState.COMPLETED,
+                TaskState.WAITING,
             ):
                 pipe.zcard(qk.state_set(state))
             pipe.get(qk.processed(day))
@@ -110,6 +131,7 @@ class Inspector:
                 retry,
                 archived,
                 completed,
+                waiting,
                 processed,
                 failed,
                 paused,
@@ -134,6 +156,7 @@ class Inspector:
             failed_today=int(failed or 0),
             paused=bool(paused),
             oldest_pending_age=oldest_age,
+            waiting=waiting,
         )
 
     def all_stats(self) -> list[QueueStats]:
@@ -184,6 +207,29 @@ class Inspector:
             )
         return self._load(queue, state, ids_scores)
 
+    def search_by_name(
+        self, queue: str, state: TaskState | str, text: str, *, scan: int = NAME_SEARCH_SCAN
+    ) -> list[TaskInfo]:
+        """Return the tasks among the first `scan` of a list (in `list_tasks` order) whose task
+        name contains `text`, ignoring case. Bounded on purpose: it reads `scan` messages."""
+        state = TaskState(state)
+        qk = self.broker.queue(queue)
+        needle = text.casefold()
+        with translate_errors():
+            ids_scores = self.client.zrange(
+                qk.state_set(state), 0, scan - 1, desc=state in NEWEST_FIRST, withscores=True
+            )
+            raws = self.client.hmget(qk.msg, [task_id for task_id, _ in ids_scores]) if ids_scores else []
+        matches = []
+        for (task_id, score), raw in zip(ids_scores, raws, strict=True):
+            try:
+                name = json.loads(raw).get("task") if raw else None
+            except (ValueError, AttributeError):
+                name = None
+            if isinstance(name, str) and needle in name.casefold():
+                matches.append((task_id, score))
+        return self._load(queue, state, matches)
+
     def get_task(self, task_id: str, queue: str | None = None) -> TaskInfo:
         """Find a task by id, in `queue` or, without one, in every known queue."""
         for name in [queue] if queue else self.queues():
@@ -209,10 +255,15 @@ class Inspector:
             pipe.hmget(qk.info, ids)
             pipe.hmget(qk.result, ids)
             pipe.hmget(qk.owner, ids)
-            messages, infos, results, owners = pipe.execute()
+            pipe.hmget(qk.progress, ids)
+            if state == TaskState.WAITING:
+                for task_id in ids:
+                    pipe.hgetall(qk.workflow(task_id))
+            messages, infos, results, owners, progresses, *workflows = pipe.execute()
         tasks = []
-        for (task_id, score), raw, info, result, owner in zip(
-            ids_scores, messages, infos, results, owners, strict=True
+        workflows = workflows or [None] * len(ids)
+        for (task_id, score), raw, info, result, owner, progress, workflow in zip(
+            ids_scores, messages, infos, results, owners, progresses, workflows, strict=True
         ):
             try:
                 message = TaskMessage.from_json(raw) if raw else None
@@ -229,6 +280,8 @@ class Inspector:
                     result=json.loads(result) if result else None,
                     score_at=score / 1000 if score is not None and state != TaskState.PENDING else None,
                     owner=owner,
+                    progress=_workflow_progress(workflow) if workflow else _json(progress),
+                    workflow=_workflow_facts(workflow) if workflow else None,
                 )
             )
         return tasks
@@ -251,13 +304,22 @@ class Inspector:
     def archive(self, queue: str, task_ids: list[str]) -> int:
         """Archive pending, scheduled or retry tasks; return how many moved."""
         qk = self.broker.queue(queue)
-        keys = [qk.state, qk.pending, qk.scheduled, qk.retry, qk.archived]
+        keys = [qk.state, qk.pending, qk.scheduled, qk.retry, qk.archived, qk.msg, qk.commands, qk.command]
         args = [self.broker.now_ms(), *self._with_unique_keys(queue, task_ids, keys)]
         return self.broker.run_script("archive_tasks", keys, args) if task_ids else 0
 
     def delete(self, queue: str, task_ids: list[str]) -> int:
-        """Delete tasks in any state but active; return how many were deleted."""
+        """Delete tasks in any state but active; return how many were deleted. A waiting
+        workflow is cancelled first (its children that have not started are archived)."""
         qk = self.broker.queue(queue)
+        if task_ids:
+            with translate_errors():
+                states = self.client.hmget(qk.state, task_ids)
+            for task_id, state in zip(task_ids, states, strict=True):
+                if state == TaskState.WAITING:
+                    cancel_workflow(
+                        self.broker, queue, task_id, error_type=CANCELLED, message="deleted by hand"
+                    )
         keys = [
             qk.msg,
             qk.state,
@@ -269,6 +331,7 @@ class Inspector:
             qk.retry,
             qk.archived,
             qk.completed,
+            qk.progress,
         ]
         args = self._with_unique_keys(queue, task_ids, keys)
         return self.broker.run_script("delete_tasks", keys, args) if task_ids else 0
@@ -302,7 +365,24 @@ class Inspector:
         return {state: self.delete_all(queue, state) for state in PURGE_ORDER}
 
     def cancel(self, task_id: str) -> int:
-        """Ask the worker running the task to stop it (it is archived); return listeners reached."""
+        """Ask the worker running the task to stop it (it is archived); return listeners reached.
+
+        A waiting workflow is archived as cancelled at once, and its children that have not
+        started are archived by a worker soon after; returns 1 then.
+        """
+        for queue in self.queues():
+            with translate_errors():
+                state = self.client.hget(self.broker.queue(queue).state, task_id)
+            if state == TaskState.WAITING:
+                return int(
+                    cancel_workflow(
+                        self.broker,
+                        queue,
+                        task_id,
+                        error_type=CANCELLED,
+                        message="cancelled",
+                    )
+                )
         return self.broker.request_cancel(task_id)
 
     def _bulk(
@@ -342,3 +422,26 @@ class Inspector:
                 index = len(keys)
             args += [task_id, index]
         return args
+
+
+def _json(value: str | None) -> Any:
+    return json.loads(value) if value else None
+
+
+def _workflow_facts(workflow: dict[str, str]) -> dict[str, Any]:
+    """A workflow's hash as values (counters as numbers), without its steps' specs."""
+    facts = {}
+    for name, value in workflow.items():
+        if name.startswith("step:"):
+            continue
+        try:
+            facts[name] = json.loads(value)
+        except ValueError:
+            facts[name] = value
+    return facts
+
+
+def _workflow_progress(workflow: dict[str, str]) -> dict[str, Any]:
+    """A workflow's progress: its finished children of all it has (so far, for an iterator)."""
+    total = workflow.get("n") or workflow.get("made")
+    return {"done": int(workflow.get("done") or 0), "total": int(total) if total else None}

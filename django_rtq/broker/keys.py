@@ -106,8 +106,34 @@ class QueueKeys:
         return self.prefix + "mirror_lock"
 
     @property
+    def progress(self) -> str:  # HASH id -> JSON {"done", "total"} a running task reported
+        return self.prefix + "progress"
+
+    # Workflows (django_rtq.workflows): a workflow lives in its queue like a task, in the
+    # `waiting` state, with two keys of its own until it finishes.
+    def workflow(self, workflow_id: str) -> str:  # HASH: kind, counters, children's specs
+        return f"{self.prefix}wf:{workflow_id}"
+
+    def workflow_results(self, workflow_id: str) -> str:  # HASH position -> child's result JSON
+        return f"{self.prefix}wf:{workflow_id}:results"
+
+    # Commands: changes one slot asks of another (a child finished, a step to start),
+    # applied by a worker with a dedupe check in the target slot, then removed here.
+    @property
+    def commands(self) -> str:  # ZSET command id -> when it is due (ms)
+        return self.prefix + "commands"
+
+    @property
+    def command(self) -> str:  # HASH command id -> command JSON
+        return self.prefix + "command"
+
+    @property
+    def applied(self) -> str:  # ZSET command id -> applied at (ms): the dedupe record
+        return self.prefix + "applied"
+
+    @property
     def columns(self) -> tuple[str, ...]:
-        return (self.msg, self.state, self.info, self.result, self.owner, self.priority)
+        return (self.msg, self.state, self.info, self.result, self.owner, self.priority, self.progress)
 
     def unique(self, unique_key: str) -> str:  # STRING -> id of the task holding the lock
         return f"{self.prefix}unique:{unique_key}"

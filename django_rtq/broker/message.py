@@ -29,7 +29,9 @@ class TaskMessage:
     unique_ttl: float | None = None  # seconds the uniqueness lock lasts at most
     enqueued_at: float = 0.0  # epoch seconds
     process_at: float | None = None  # epoch seconds; None = at once
-    parent: str | None = None
+    parent: str | None = None  # id of the workflow this task is a step or child of
+    parent_queue: str | None = None  # the workflow's queue
+    position: int | str | None = None  # the child's place in its workflow
 
     def to_json(self) -> str:
         return _ENCODER.encode({name: getattr(self, name) for name in _FIELD_NAMES})
@@ -48,3 +50,21 @@ class TaskMessage:
 
 _FIELD_NAMES = tuple(f.name for f in fields(TaskMessage))
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
+def child_notice(message: TaskMessage) -> str:
+    """For a workflow's child, the command that tells its workflow it succeeded, cut before its
+    result: the finishing script appends the result JSON and the closing brace. "" otherwise."""
+    if not message.parent:
+        return ""
+    head = _ENCODER.encode(
+        {
+            "type": "child",
+            "to": message.parent,
+            "to_queue": message.parent_queue,
+            "pos": message.position,
+            "child": message.id,
+            "ok": True,
+        }
+    )
+    return head[:-1] + ',"result":'

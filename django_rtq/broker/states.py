@@ -12,6 +12,7 @@ class TaskState(enum.StrEnum):
     RETRY = "retry"  # failed; waiting for its next attempt
     ARCHIVED = "archived"  # out of retries, non-retryable, cancelled, or archived by hand
     COMPLETED = "completed"  # succeeded; kept until its retention ends
+    WAITING = "waiting"  # a workflow (chain, group, map/reduce, iterator) waiting for its children
 
 
 #: States from which a task can be run now, archived or deleted by hand.

@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -20,6 +21,7 @@ from django.db import close_old_connections
 from .. import signals
 from ..broker import Broker, ClaimedTask, TaskMessage
 from ..broker.broker import Completion
+from ..broker.message import child_notice
 from ..context import TaskContext, set_current_task
 from ..exceptions import (
     BrokerUnavailable,
@@ -89,6 +91,8 @@ class Processor:
         # worth of tasks beyond `concurrency` waits in memory, so claims come in batches.
         self.capacity = 2 * concurrency
         self._in_flight = 0
+        #: Called after settling outcomes that wrote workflow commands (set by the server).
+        self.on_commands: Callable[[], None] = lambda: None
         self._idle_since = -BUSY_GRACE  # when the last task in flight finished (monotonic)
         self._queued = 0  # of those, how many wait for a thread
         self._owned: dict[str, Job | ClaimedTask] = {}  # claimed and not yet settled: leases to extend
@@ -588,6 +592,8 @@ class Processor:
         with self._cond:
             for outcome in batch:
                 self._owned.pop(outcome.claimed.id, None)
+        if any(outcome.job is not None and outcome.job.message.parent for outcome in batch):
+            self.on_commands()
 
     def _completion(self, outcome: Outcome) -> Completion:
         job = outcome.job
@@ -607,6 +613,7 @@ class Processor:
             result_json=outcome.result_json,
             retention_ms=int(message.retention * 1000),
             unique_key=message.unique_key,
+            notify=child_notice(message),
         )
 
     def _write(self, write: Any, description: str) -> None:

@@ -17,6 +17,7 @@ from ..broker import Broker
 from ..conf import RTQSettings, get_settings
 from ..connection import get_broker
 from ..periodic import load_entries
+from .commander import Commander
 from .forwarder import Forwarder
 from .healthchecker import Healthchecker
 from .heartbeater import Heartbeater
@@ -108,6 +109,8 @@ class Worker:
             if self.broker.mirror
             else None
         )
+        self.commander = Commander(broker=self.broker, queues=names, interval=conf.COMMAND_INTERVAL)
+        self.processor.on_commands = self.commander.wake
         self.healthchecker = Healthchecker(
             broker=self.broker,
             interval=conf.HEALTHCHECK_INTERVAL,
@@ -132,6 +135,7 @@ class Worker:
             self.recoverer,
             self.janitor,
             self.mirrorer,
+            self.commander,
             self.processor,
         ):
             if component is not None:
@@ -155,6 +159,7 @@ class Worker:
             self.recoverer,
             self.janitor,
             self.mirrorer,
+            self.commander,
             self.healthchecker,
             self.syncer,
         ):

@@ -172,3 +172,6 @@ if os.environ.get("RTQ_TEST_PERIODIC_EVERY"):
         from django_rtq import current_task
 
         report("every_tick", current_task().id)
+
+
+from . import wf_tasks  # noqa: E402, F401  (the workflow tests' task types, for worker processes)

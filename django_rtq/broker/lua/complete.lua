@@ -13,20 +13,25 @@
 -- KEYS[8] -> rtq:{<queue>}:completed
 -- KEYS[9] -> rtq:{<queue>}:processed:<day>
 -- KEYS[10] -> rtq:{<queue>}:finished
--- KEYS[11..] -> rtq:{<queue>}:unique:<key>, one per task that has a unique key
+-- KEYS[11] -> rtq:{<queue>}:progress
+-- KEYS[12] -> rtq:{<queue>}:commands
+-- KEYS[13] -> rtq:{<queue>}:command
+-- KEYS[14..] -> rtq:{<queue>}:unique:<key>, one per task that has a unique key
 -- ARGV[1] -> now (ms)
 -- ARGV[2] -> worker id
 -- ARGV[3] -> counter TTL (s)
 -- ARGV[4] -> 1 to keep records for the ORM mirror, 0 not to
--- ARGV[5..] -> five per task: id, info JSON (or "<started>,<finished>" in epoch seconds
+-- ARGV[5..] -> six per task: id, info JSON (or "<started>,<finished>" in epoch seconds
 --              for a first attempt: the script writes its info), result JSON, retention (ms),
---              index of its unique key in KEYS (0 = none)
+--              index of its unique key in KEYS (0 = none), and for a workflow's child the
+--              command to its workflow up to its result ("" for other tasks)
 --
 -- Returns: the number of tasks settled.
 local active, owner, state, msg, info, result, priority, completed, processed, finished =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local progress, commands, command = KEYS[11], KEYS[12], KEYS[13]
 local now, worker, counter_ttl, mirror = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4] == '1'
-local FIELDS = 5
+local FIELDS = 6
 local worker_json = cjson.encode(worker)
 
 -- The info of a first attempt that succeeded, from its start and finish times.
@@ -51,6 +56,10 @@ for i = 5, #ARGV, FIELDS do
     if mirror then
       buffer_finished(finished, id, 'succeeded', now, redis.call('HGET', msg, id), info_json, ARGV[i + 2])
     end
+    if ARGV[i + 5] ~= '' then
+      write_command(commands, command, 'child:' .. id, ARGV[i + 5] .. ARGV[i + 2] .. '}', now)
+    end
+    redis.call('HDEL', progress, id)
     if retention > 0 then
       redis.call('HSET', state, id, 'completed')
       redis.call('HSET', info, id, info_json)

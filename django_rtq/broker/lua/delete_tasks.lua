@@ -1,4 +1,5 @@
 -- Delete tasks by hand from any state but active, releasing their uniqueness locks.
+-- (The inspector cancels a waiting workflow first: it is archived when this runs.)
 --
 -- KEYS[1] -> rtq:{<queue>}:msg
 -- KEYS[2] -> rtq:{<queue>}:state
@@ -10,7 +11,8 @@
 -- KEYS[8] -> rtq:{<queue>}:retry
 -- KEYS[9] -> rtq:{<queue>}:archived
 -- KEYS[10] -> rtq:{<queue>}:completed
--- KEYS[11..] -> rtq:{<queue>}:unique:<key>, one per task that has a unique key
+-- KEYS[11] -> rtq:{<queue>}:progress
+-- KEYS[12..] -> rtq:{<queue>}:unique:<key>, one per task that has a unique key
 -- ARGV[1..] -> two per task: id, index of its unique key in KEYS (0 = none)
 --
 -- Returns: the number of tasks deleted.
@@ -28,6 +30,7 @@ for i = 1, #ARGV, 2 do
     redis.call('HDEL', info, id)
     redis.call('HDEL', result, id)
     redis.call('HDEL', priority, id)
+    redis.call('HDEL', KEYS[11], id)
     if unique_index > 0 then release_unique(KEYS[unique_index], id) end
     deleted = deleted + 1
   end

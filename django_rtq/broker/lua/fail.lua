@@ -13,7 +13,10 @@
 -- KEYS[8] -> rtq:{<queue>}:failed:<day>
 -- KEYS[9] -> rtq:{<queue>}:msg
 -- KEYS[10] -> rtq:{<queue>}:finished
--- KEYS[11..] -> rtq:{<queue>}:unique:<key>, at most one: the task's uniqueness lock when it
+-- KEYS[11] -> rtq:{<queue>}:progress
+-- KEYS[12] -> rtq:{<queue>}:commands
+-- KEYS[13] -> rtq:{<queue>}:command
+-- KEYS[14..] -> rtq:{<queue>}:unique:<key>, at most one: the task's uniqueness lock when it
 --               has one (released when archived)
 -- ARGV[1] -> task id
 -- ARGV[2] -> worker id holding the lease
@@ -23,6 +26,8 @@
 -- ARGV[6] -> info JSON
 -- ARGV[7] -> counter TTL (s)
 -- ARGV[8] -> 1 to keep an archived task's record for the ORM mirror, 0 not to
+--
+-- An archived task that is a workflow's child tells its workflow (a command).
 --
 -- Returns: 1 when moved; 0 when the worker does not hold the task or its lease is still valid.
 local active, owner, state, info, retry, archived, processed, failed, msg, finished =
@@ -43,13 +48,17 @@ if target == 'retry' then
   redis.call('ZADD', retry, score, id)
 else
   redis.call('ZADD', archived, score, id)
-  release_unique(KEYS[11], id)
+  redis.call('HDEL', KEYS[11], id)
+  release_unique(KEYS[14], id)
+  local message = redis.call('HGET', msg, id)
+  local ok, decoded = false, nil
+  if message then ok, decoded = pcall(cjson.decode, message) end
   if mirror then
-    local message = redis.call('HGET', msg, id)
     -- A corrupt payload is archived too; keep it as a JSON string so the record stays JSON.
-    if message and not pcall(cjson.decode, message) then message = cjson.encode(message) end
+    if message and not ok then message = cjson.encode(message) end
     buffer_finished(finished, id, 'failed', score, message, info_json)
   end
+  if ok then notify_failure(KEYS[12], KEYS[13], id, decoded, info_json, tonumber(score)) end
 end
 bump_counter(processed, counter_ttl)
 bump_counter(failed, counter_ttl)

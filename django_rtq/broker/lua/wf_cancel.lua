@@ -1,0 +1,32 @@
+-- Cancel a waiting workflow: archive it as cancelled, cancel its children that have not
+-- started (a command to their queues), and tell its own workflow.
+--
+-- KEYS[1] -> rtq:{<queue>}:wf:<workflow id>
+-- KEYS[2] -> rtq:{<queue>}:wf:<workflow id>:results
+-- KEYS[3] -> rtq:{<queue>}:applied
+-- KEYS[4] -> rtq:{<queue>}:commands
+-- KEYS[5] -> rtq:{<queue>}:command
+-- KEYS[6] -> rtq:{<queue>}:msg
+-- KEYS[7] -> rtq:{<queue>}:state
+-- KEYS[8] -> rtq:{<queue>}:waiting
+-- KEYS[9] -> rtq:{<queue>}:completed
+-- KEYS[10] -> rtq:{<queue>}:archived
+-- KEYS[11] -> rtq:{<queue>}:info
+-- KEYS[12] -> rtq:{<queue>}:result
+-- KEYS[13] -> rtq:{<queue>}:finished
+-- ARGV[1] -> now (ms)
+-- ARGV[2] -> workflow id
+-- ARGV[3] -> 1 to keep its record for the ORM mirror, 0 not to
+-- ARGV[4] -> error type
+-- ARGV[5] -> error message
+--
+-- Returns: 1 when cancelled; 0 when it is not a waiting workflow.
+local w = {
+  wf = KEYS[1], results = KEYS[2], applied = KEYS[3], commands = KEYS[4], command = KEYS[5],
+  msg = KEYS[6], state = KEYS[7], waiting = KEYS[8], completed = KEYS[9], archived = KEYS[10],
+  info = KEYS[11], result = KEYS[12], finished = KEYS[13],
+  now = tonumber(ARGV[1]), id = ARGV[2], mirror = ARGV[3] == '1',
+}
+if redis.call('HGET', w.state, w.id) ~= 'waiting' then return 0 end
+fail_workflow(w, ARGV[4], ARGV[5], nil)
+return 1

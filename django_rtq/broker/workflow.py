@@ -1,0 +1,125 @@
+"""The broker's side of workflows: their scripts, called with their keys; no planning here.
+
+Each function touches one queue's slot. What crosses queues goes through commands: written
+by a script in one slot, taken by a worker (`take_commands`), applied to another slot by a
+script that records the command id (so a second application changes nothing), then removed
+from the first (`commands_done`). See django_rtq/workflows/ for what the commands mean.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from .broker import Broker
+
+#: How long (ms) a slot remembers the commands it applied: far longer than a command waits
+#: between its application and its removal from its source.
+APPLIED_TTL_MS = 3600 * 1000
+#: How long (ms) a taken command is left to its worker before another may apply it.
+COMMAND_LEASE_MS = 30 * 1000
+
+
+def take_commands(
+    broker: Broker, queue: str, *, limit: int = 100, lease_ms: int = COMMAND_LEASE_MS
+) -> list[tuple[str, str]]:
+    """Lease and return up to `limit` due commands of a queue, as (id, JSON) pairs."""
+    qk = broker.queue(queue)
+    reply = broker.run_script("cmd_take", [qk.commands, qk.command], [broker.now_ms(), lease_ms, limit])
+    return [(reply[i], reply[i + 1]) for i in range(0, len(reply), 2)]
+
+
+def commands_done(broker: Broker, queue: str, commands: Sequence[tuple[str, str]]) -> int:
+    """Remove applied commands, each only if unchanged since taken."""
+    if not commands:
+        return 0
+    qk = broker.queue(queue)
+    args: list[str] = []
+    for cmd_id, body in commands:
+        args += [cmd_id, hashlib.sha1(body.encode()).hexdigest()]
+    return broker.run_script("cmd_done", [qk.commands, qk.command], args)
+
+
+def activate(
+    broker: Broker,
+    queue: str,
+    *,
+    cmd_id: str,
+    tasks: Sequence[list[Any]] = (),
+    workflows: Sequence[dict[str, Any]] = (),
+) -> int:
+    """Enqueue tasks ([id, message JSON, priority, process-at ms]) and create workflows
+    ({"id", "msg", "fields": {...}, "commands": [[id, JSON], ...]}) in a queue, once per
+    `cmd_id` ("" to rely on the ids alone). Returns how many were written."""
+    qk = broker.queue(queue)
+    keys = [
+        qk.msg, qk.state, qk.priority, qk.pending, qk.scheduled, qk.seq, qk.active, qk.owner,
+        qk.idle, qk.paused, qk.applied, qk.state_set("waiting"), qk.commands, qk.command,
+    ]  # fmt: skip
+    planned = []
+    for workflow in workflows:
+        keys.append(qk.workflow(workflow["id"]))
+        fields = [str(part) for item in workflow["fields"].items() for part in item]
+        planned.append({**workflow, "key": len(keys), "fields": fields})
+    plan = json.dumps({"tasks": list(tasks), "workflows": planned}, separators=(",", ":"))
+    broker.register_queues([queue])
+    args = [
+        broker.now_ms(),
+        qk.wake_channel,
+        qk.handoff_prefix,
+        broker.lease_ms,
+        cmd_id,
+        APPLIED_TTL_MS,
+        plan,
+    ]
+    return broker.run_script("wf_activate", keys, args)
+
+
+def _workflow_keys(broker: Broker, queue: str, workflow_id: str) -> list[str]:
+    qk = broker.queue(queue)
+    return [
+        qk.workflow(workflow_id), qk.workflow_results(workflow_id), qk.applied, qk.commands,
+        qk.command, qk.msg, qk.state, qk.state_set("waiting"), qk.completed, qk.archived,
+        qk.info, qk.result, qk.finished,
+    ]  # fmt: skip
+
+
+def child_outcome(
+    broker: Broker,
+    queue: str,
+    workflow_id: str,
+    *,
+    cmd_id: str,
+    position: int | str,
+    ok: bool,
+    payload_json: str,
+    iterator_state_json: str = "",
+    exhausted: bool = False,
+    new_children: Sequence[tuple[str, str]] = (),
+) -> str:
+    """Apply a child's outcome (its result JSON, or its error JSON) to its workflow, once.
+
+    An iterator's step also passes the iterator's new state and its new children as
+    (queue, node JSON) pairs. Returns what happened: dup, gone, failed, finished or recorded.
+    """
+    args: list[Any] = [
+        broker.now_ms(), workflow_id, int(broker.mirror), cmd_id, APPLIED_TTL_MS, position,
+        int(ok), payload_json, iterator_state_json, int(exhausted),
+    ]  # fmt: skip
+    for child_queue, node_json in new_children:
+        args += [child_queue, node_json]
+    return broker.run_script("wf_child", _workflow_keys(broker, queue, workflow_id), args)
+
+
+def cancel_workflow(broker: Broker, queue: str, workflow_id: str, *, error_type: str, message: str) -> bool:
+    """Archive a waiting workflow as failed with this error, and cancel its unfinished children."""
+    args = [broker.now_ms(), workflow_id, int(broker.mirror), error_type, message]
+    return broker.run_script("wf_cancel", _workflow_keys(broker, queue, workflow_id), args) == 1
+
+
+def set_progress(broker: Broker, queue: str, task_id: str, done: float, total: float | None) -> None:
+    """Record a running task's progress."""
+    value = json.dumps({"done": done, "total": total}, separators=(",", ":"))
+    broker.client.hset(broker.queue(queue).progress, task_id, value)

@@ -1,0 +1,230 @@
+"""What users compose workflows from: signatures of task calls, chain, group, chord,
+map/reduce and iterator. Each turns into a node: a JSON-able dict the planner reads."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..broker import Broker
+from ..conf import get_settings
+from ..registry import CALL_OPTIONS, SCHEDULE_OPTIONS, TYPE_OPTIONS, TaskType, check_options
+
+OnError = Literal["fail", "collect"]
+#: Per-call options a step may carry (the same as `TaskType.using` takes, but the task id:
+#: the workflow gives its children ids of its own).
+STEP_OPTIONS = TYPE_OPTIONS - {"retry_backoff", "expose", *SCHEDULE_OPTIONS} | CALL_OPTIONS - {"task_id"}
+
+
+class Node:
+    """Something a workflow is made of: a task call, or a workflow itself."""
+
+    def node(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def enqueue(
+        self, *, queue: str | None = None, workflow_id: str | None = None, broker: Broker | None = None
+    ) -> str:
+        """Start this as a workflow of its own; return its id (its result's id)."""
+        from .commands import start_workflow
+
+        root = self if isinstance(self, Workflow) else chain(self)
+        return start_workflow(
+            root.node(), queue=queue, workflow_id=workflow_id or uuid.uuid4().hex, broker=broker
+        )
+
+
+@dataclass(frozen=True)
+class Signature(Node):
+    """A call of a task type, to run as a step: `add.s(2, 3)`. Unless made with `.si()` it
+    receives the previous step's result as its first argument."""
+
+    task_type: TaskType
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+    immutable: bool = False
+
+    def using(self, **options: Any) -> Signature:
+        """This call with options (queue, priority, max_retries, timeout, delay, ...)."""
+        check_options(options, STEP_OPTIONS, self.task_type.name)
+        return Signature(self.task_type, self.args, self.kwargs, {**self.options, **options}, self.immutable)
+
+    @property
+    def queue(self) -> str:
+        return (
+            self.options.get("queue") or self.task_type.options.get("queue") or get_settings().DEFAULT_QUEUE
+        )
+
+    def node(self) -> dict[str, Any]:
+        return {
+            "t": "task",
+            "task": self.task_type.name,
+            "args": list(self.args),
+            "kwargs": self.kwargs,
+            "options": self.options,
+            "immutable": self.immutable,
+            "queue": self.queue,
+        }
+
+
+class Workflow(Node):
+    """A node with children of its own."""
+
+
+def _nodes(children: Sequence[Node]) -> list[dict[str, Any]]:
+    for child in children:
+        if not isinstance(child, Node):
+            raise TypeError(
+                f"A workflow's children are signatures (task.s(...)) or workflows, not {child!r}."
+            )
+    return [child.node() for child in children]
+
+
+def _queue(queue: str | None, nodes: list[dict[str, Any]]) -> str:
+    return queue or (nodes[0]["queue"] if nodes else get_settings().DEFAULT_QUEUE)
+
+
+def _check_on_error(on_error: str) -> None:
+    if on_error not in ("fail", "collect"):
+        raise ValueError(f"on_error is 'fail' or 'collect', not {on_error!r}.")
+
+
+class chain(Workflow):
+    """Steps run one after another; each receives the previous one's result (unless made with
+    `.si()`); the chain's result is the last step's."""
+
+    kind = "chain"
+
+    def __init__(self, *steps: Node, queue: str | None = None, retention: float | None = None) -> None:
+        if not steps:
+            raise ValueError("A chain needs at least one step.")
+        self.steps = steps
+        self.queue = queue
+        self.retention = retention
+        self.stages: list[str] | None = None
+
+    def node(self) -> dict[str, Any]:
+        steps = _nodes(self.steps)
+        node = {"t": "chain", "steps": steps, "queue": _queue(self.queue, steps), "retention": self.retention}
+        if self.stages:
+            node["stages"] = self.stages
+        return node
+
+
+class group(Workflow):
+    """Children run in parallel; the group's result is the list of theirs, in order.
+
+    A child that fails for good fails the group (and cancels the children that have not
+    started), unless `on_error="collect"`: then its place in the result is `{"error": {...}}`.
+    """
+
+    def __init__(
+        self,
+        *children: Node,
+        on_error: OnError = "fail",
+        queue: str | None = None,
+        retention: float | None = None,
+    ) -> None:
+        _check_on_error(on_error)
+        if len(children) == 1 and not isinstance(children[0], Node):
+            children = tuple(children[0])  # group(sig for ...) as well as group(a, b)
+        self.children = children
+        self.on_error = on_error
+        self.queue = queue
+        self.retention = retention
+
+    def node(self) -> dict[str, Any]:
+        children = _nodes(self.children)
+        return {
+            "t": "group",
+            "children": children,
+            "on_error": self.on_error,
+            "queue": _queue(self.queue, children),
+            "retention": self.retention,
+        }
+
+
+def chord(header: group | Sequence[Node], callback: Node, **options: Any) -> chain:
+    """A group, then `callback` with the list of its results."""
+    if not isinstance(header, group):
+        header = group(*header)
+    return chain(header, callback, **options)
+
+
+class _each(Workflow):
+    """One child per item of its input (a list), each a call of `task` with the item first."""
+
+    def __init__(self, task: Signature, on_error: OnError, queue: str | None) -> None:
+        self.task = task
+        self.on_error = on_error
+        self.queue = queue
+
+    def node(self) -> dict[str, Any]:
+        template = self.task.node()
+        return {
+            "t": "each",
+            "task": template,
+            "on_error": self.on_error,
+            "queue": self.queue or template["queue"],
+        }
+
+
+def map_reduce(
+    map: Signature,
+    process: Signature,
+    reduce: Signature,
+    *,
+    on_error: OnError = "fail",
+    queue: str | None = None,
+    retention: float | None = None,
+) -> chain:
+    """Seed 000's map/reduce: `map` returns a list of chunks; each chunk runs as a call of
+    `process` (chunk first), in parallel, with its own retries; `reduce` receives the list of
+    their results. The workflow's stage reads mapping, aggregating, then reducing."""
+    _check_on_error(on_error)
+    workflow = chain(map, _each(process, on_error, queue), reduce, queue=queue, retention=retention)
+    workflow.stages = ["mapping", "aggregating", "reducing"]
+    return workflow
+
+
+class iterator(Workflow):
+    """Seed 001's iterator: children made lazily, `window` at most running at a time.
+
+    `task` is a task type called as `task(state)` by a worker; it returns `(new_state,
+    [signatures...])` for the next children, or None (or no children) once there are no
+    more. It is called again, with the state it returned, whenever half the window is free.
+    The iterator's result is the number of children that ran.
+    """
+
+    def __init__(
+        self,
+        task: TaskType,
+        state: Any = None,
+        *,
+        window: int = 100,
+        queue: str | None = None,
+        retention: float | None = None,
+    ) -> None:
+        if not isinstance(task, TaskType):
+            raise TypeError(f"iterator() takes a task type (a function decorated with @task), not {task!r}.")
+        if window < 1:
+            raise ValueError("An iterator's window is at least 1.")
+        self.task = task
+        self.state = state
+        self.window = window
+        self.queue = queue
+        self.retention = retention
+
+    def node(self) -> dict[str, Any]:
+        queue = self.queue or self.task.options.get("queue") or get_settings().DEFAULT_QUEUE
+        return {
+            "t": "iterator",
+            "task": self.task.name,
+            "state": self.state,
+            "window": self.window,
+            "queue": queue,
+            "retention": self.retention,
+        }

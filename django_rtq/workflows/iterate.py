@@ -1,0 +1,35 @@
+"""The task that runs an iterator's function, one step at a time (see canvas.iterator)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..exceptions import NonRetryableError
+from ..registry import find_task_type, task
+from .canvas import Node
+from .planner import ITERATE_TASK
+
+
+@task(name=ITERATE_TASK)
+def iterate(iterator: str, state: Any) -> dict[str, Any]:
+    """Call the iterator's function with its state; return its new state and next children."""
+    task_type = find_task_type(iterator)
+    if task_type is None:
+        raise NonRetryableError(f"No task type is registered as {iterator!r}.")
+    step = task_type.func(state)
+    if step is None:
+        return {"state": state, "children": [], "done": True}
+    try:
+        new_state, children = step
+    except (TypeError, ValueError):
+        raise NonRetryableError(
+            f"Iterator {iterator!r} returned {step!r}: expected (new_state, [signatures]) or None."
+        ) from None
+    nodes = []
+    for child in children:
+        if not isinstance(child, Node):
+            raise NonRetryableError(
+                f"Iterator {iterator!r} made {child!r}: expected task.s(...) or a workflow."
+            )
+        nodes.append(child.node())
+    return {"state": new_state, "children": nodes, "done": not nodes}

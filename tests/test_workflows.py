@@ -1,0 +1,274 @@
+"""Workflows on a real Redis: chain, group, chord, nesting, map/reduce, iterator, progress,
+failure and cancellation, commands applied twice, and a worker SIGKILLed mid-workflow."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+
+from django_rtq.broker import TaskState
+from django_rtq.broker.workflow import child_outcome, take_commands
+from django_rtq.workflows import apply_due, chain, chord, group, iterator, map_reduce
+from django_rtq.workflows.commands import apply_command
+from tests.conftest import wait_for
+from tests.test_worker_process import start_worker  # noqa: F401  (fixture)
+from tests.testapp import tasks
+from tests.testapp.wf_tasks import add, chunk_sum, explode, mark, mul, numbers, split, square_low, total
+
+QUEUES = {"default": 1, "low": 1}
+KEEP = 60  # seconds a finished workflow is kept, so that its result can be read
+
+
+def finished(inspector, workflow_id, timeout=20.0):
+    """Wait until the workflow has left `waiting`; return it."""
+    return wait_for(
+        lambda: (task := inspector.get_task(workflow_id)).state != TaskState.WAITING and task,
+        timeout=timeout,
+        message=f"workflow {workflow_id} to finish",
+    )
+
+
+def run(inspector, run_worker, workflow, timeout=20.0):
+    workflow_id = workflow.enqueue()
+    with run_worker(queues=QUEUES):
+        return finished(inspector, workflow_id, timeout)
+
+
+def test_a_chain_passes_each_result_to_the_next_step(inspector, run_worker):
+    done = run(inspector, run_worker, chain(add.s(2, 3), mul.s(10), add.s(1), retention=KEEP))
+    assert done.state == TaskState.COMPLETED
+    assert done.result == 51
+
+
+def test_an_immutable_step_ignores_the_previous_result(inspector, run_worker):
+    done = run(inspector, run_worker, chain(add.s(2, 3), mul.si(4, 5), retention=KEEP))
+    assert done.result == 20
+
+
+def test_a_group_returns_its_children_results_in_order(inspector, run_worker):
+    done = run(inspector, run_worker, group([add.s(i, i) for i in range(12)], retention=KEEP))
+    assert done.result == [2 * i for i in range(12)]
+
+
+def test_a_chord_calls_back_with_the_group_results(inspector, run_worker):
+    done = run(inspector, run_worker, chord([add.s(i, 1) for i in range(5)], total.s(), retention=KEEP))
+    assert done.result == sum(i + 1 for i in range(5))
+
+
+def test_a_group_of_chains_and_a_chain_of_groups_across_queues(inspector, run_worker):
+    nested = group(
+        chain(add.s(1, 2), mul.s(3)),
+        chain(add.s(2, 2), square_low.s()),  # its second step runs in queue "low"
+        chain(group(add.s(1, 1), square_low.s(3)), total.s(), mul.s(10)),
+        retention=KEEP,
+    )
+    done = run(inspector, run_worker, nested)
+    assert done.result == [9, 16, 110]
+
+
+def test_a_step_receives_the_input_of_its_workflow(inspector, run_worker):
+    # A group inside a chain hands the previous result to each of its children.
+    done = run(
+        inspector, run_worker, chain(add.s(1, 1), group(mul.s(3), add.s(5)), total.s(), retention=KEEP)
+    )
+    assert done.result == 2 * 3 + 2 + 5
+
+
+def test_map_reduce_runs_chunks_with_retries_and_reduces_them(inspector, run_worker):
+    workflow = map_reduce(split.s(100, 10), chunk_sum.s(fail_first_attempt_of=30), total.s(), retention=KEEP)
+    done = run(inspector, run_worker, workflow)
+    assert done.state == TaskState.COMPLETED
+    assert done.result == sum(range(100))
+
+
+def test_map_reduce_stages_and_progress_are_visible(inspector, run_worker):
+    workflow_id = map_reduce(split.s(40, 10), chunk_sum.s(), total.s(), retention=KEEP).enqueue()
+    waiting = inspector.get_task(workflow_id)
+    assert waiting.state == TaskState.WAITING
+    assert waiting.workflow["kind"] == "chain" and waiting.workflow["stage"] == "mapping"
+    assert waiting.progress == {"done": 0, "total": 3}
+    assert waiting.message.task == "django_rtq.map_reduce"
+    with run_worker(queues=QUEUES):
+        finished(inspector, workflow_id)
+    assert inspector.get_task(workflow_id).result == sum(range(40))
+
+
+def test_a_running_task_reports_progress(inspector, broker):
+    from django_rtq.broker.workflow import set_progress
+
+    message = mark.enqueue("progress")
+    set_progress(broker, "default", message.id, 3, 10)
+    assert inspector.get_task(message.id).progress == {"done": 3, "total": 10}
+
+
+def test_an_iterator_makes_children_lazily_within_its_window(inspector, run_worker, redis_client):
+    state = {"next": 0, "limit": 55, "name": "lazy"}
+    workflow_id = iterator(numbers, state, window=10, retention=KEEP).enqueue()
+    waiting = inspector.get_task(workflow_id)
+    assert waiting.workflow["kind"] == "iterator" and waiting.workflow["made"] == 0
+    with run_worker(queues=QUEUES):
+        done = finished(inspector, workflow_id)
+    assert done.result == 55
+    made = redis_client.lrange(tasks.report_key("iterated:lazy"), 0, -1)
+    assert sorted(map(int, made)) == list(range(55))
+
+
+def test_a_child_archived_for_good_fails_its_workflow(inspector, run_worker):
+    done = run(inspector, run_worker, chain(add.s(1, 1), explode.s(), mul.s(2), retention=KEEP))
+    assert done.state == TaskState.ARCHIVED
+    assert "exploded on 2" in done.last_error
+    assert done.info["failed_child"].endswith(".1")
+
+
+def test_a_group_can_collect_errors_instead(inspector, run_worker):
+    workflow = group(add.s(1, 1), explode.s(7), on_error="collect", retention=KEEP)
+    done = run(inspector, run_worker, workflow)
+    assert done.state == TaskState.COMPLETED
+    assert done.result[0] == 2
+    assert "exploded on 7" in done.result[1]["error"]["message"]
+
+
+def test_a_failed_nested_workflow_fails_its_parent(inspector, run_worker):
+    done = run(inspector, run_worker, chain(group(add.s(1, 1), explode.s()), total.s(), retention=KEEP))
+    assert done.state == TaskState.ARCHIVED
+
+
+def test_cancelling_a_workflow_archives_its_children_that_have_not_started(inspector, broker):
+    workflow_id = group([mark.s("never", i) for i in range(3)]).enqueue()
+    children = [f"{workflow_id}.{i}" for i in range(3)]
+    assert [inspector.get_task(c).state for c in children] == [TaskState.PENDING] * 3
+    assert inspector.cancel(workflow_id) == 1
+    assert inspector.get_task(workflow_id).state == TaskState.ARCHIVED
+    apply_due(broker, ["default"])
+    assert [inspector.get_task(c).state for c in children] == [TaskState.ARCHIVED] * 3
+
+
+def test_a_child_outcome_applied_twice_counts_once(inspector, broker):
+    workflow_id = group(add.s(1, 1), add.s(2, 2), retention=KEEP).enqueue()
+    apply = {"cmd_id": "child:x", "position": 0, "ok": True, "payload_json": "2"}
+    assert child_outcome(broker, "default", workflow_id, **apply) == "recorded"
+    assert child_outcome(broker, "default", workflow_id, **apply) == "dup"
+    # Another command for the same child (say, a rerun) does not count it twice either.
+    assert child_outcome(broker, "default", workflow_id, **{**apply, "cmd_id": "child:y"}) == "dup"
+    assert inspector.get_task(workflow_id).workflow["done"] == 1
+    assert child_outcome(
+        broker, "default", workflow_id, cmd_id="child:z", position=1, ok=True, payload_json="4"
+    ) == ("finished")
+    assert inspector.get_task(workflow_id).result == [2, 4]
+
+
+def test_an_activation_applied_twice_enqueues_once(inspector, broker):
+    workflow_id = chain(add.s(1, 1), add.s(1), retention=KEEP).enqueue()
+    child_outcome(broker, "default", workflow_id, cmd_id="c0", position=0, ok=True, payload_json="2")
+    [(cmd_id, body)] = take_commands(broker, "default")
+    command = json.loads(body)
+    apply_command(broker, cmd_id, command)
+    apply_command(broker, cmd_id, command)
+    assert inspector.count("default", TaskState.PENDING) == 2  # the first step and the second, once
+
+
+def test_a_workflow_survives_a_sigkilled_worker(start_worker, inspector, broker):  # noqa: F811
+    workflow_id = map_reduce(split.s(200, 5), chunk_sum.s(), total.s(), retention=KEEP).enqueue()
+    first = start_worker("--queues", "default,low", "--concurrency", "2", lease=1)
+    wait_for(lambda: inspector.get_task(workflow_id).workflow.get("stage") == "aggregating", timeout=30)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    start_worker("--queues", "default,low", lease=1)
+    done = finished(inspector, workflow_id, timeout=60)
+    assert done.state == TaskState.COMPLETED
+    assert done.result == sum(range(200))
+
+
+@pytest.mark.timeout(300)
+def test_a_map_reduce_over_10000_chunks_leaves_no_keys_behind(inspector, run_worker, redis_client, broker):
+    workflow_id = map_reduce(split.s(10_000, 1), chunk_sum.s(), total.s()).enqueue()
+    with run_worker(queues=QUEUES, concurrency=20):
+        wait_for(
+            lambda: (
+                redis_client.lrange(tasks.report_key("never"), 0, -1) == []
+                and not redis_client.hexists(broker.queue("default").state, workflow_id)
+            ),
+            timeout=240,
+        )
+    assert not list(redis_client.scan_iter(match=f"*{workflow_id}*"))
+    for queue in QUEUES:
+        qk = broker.queue(queue)
+        for column in (qk.msg, qk.state, qk.info, qk.result, qk.progress, qk.command):
+            assert not any(field.startswith(workflow_id) for field in redis_client.hkeys(column))
+        assert redis_client.zcard(qk.commands) == 0
+
+
+def test_a_child_archived_by_hand_fails_its_workflow(inspector, broker):
+    workflow_id = group(mark.s("by-hand", 1), mark.s("by-hand", 2), retention=KEEP).enqueue()
+    assert inspector.archive("default", [f"{workflow_id}.0"]) == 1
+    apply_due(broker, ["default"])
+    failed = inspector.get_task(workflow_id)
+    assert failed.state == TaskState.ARCHIVED and "archived by hand" in failed.last_error
+    assert inspector.get_task(f"{workflow_id}.1").state == TaskState.ARCHIVED  # cancelled with it
+
+
+def test_deleting_a_waiting_workflow_cancels_it(inspector, broker, redis_client):
+    workflow_id = group(mark.s("deleted", 1), mark.s("deleted", 2)).enqueue()
+    assert inspector.delete("default", [workflow_id]) == 1
+    apply_due(broker, ["default"])
+    assert not redis_client.exists(broker.queue("default").workflow(workflow_id))
+    assert inspector.count("default", TaskState.ARCHIVED) == 2  # its children, not started
+
+
+def test_an_iterator_asks_for_more_only_when_half_its_window_is_free(inspector, broker):
+    workflow_id = iterator(numbers, {"next": 0, "limit": 100, "name": "window"}, window=4).enqueue()
+    driver = inspector.get_task(f"{workflow_id}.d0")
+    assert driver.state == TaskState.PENDING and driver.message.kwargs["state"]["next"] == 0
+    children = [(child.queue, json.dumps(child.node())) for child in [mark.s("w", i) for i in range(4)]]
+    step = {"position": "d0", "ok": True, "payload_json": "null", "iterator_state_json": '{"next": 4}'}
+    child_outcome(broker, "default", workflow_id, cmd_id="d0", new_children=children, **step)
+    apply_due(broker, ["default"])
+    assert inspector.get_task(workflow_id).workflow["made"] == 4
+    assert inspector.count("default", TaskState.PENDING) == 5  # the driver's old entry is not settled here
+    for position in range(2):
+        child_outcome(
+            broker,
+            "default",
+            workflow_id,
+            cmd_id=f"c{position}",
+            position=position,
+            ok=True,
+            payload_json="0",
+        )
+        if position == 0:  # 3 of 4 still running: no new step yet
+            assert not take_commands(broker, "default", lease_ms=0)
+    apply_due(broker, ["default"])  # 2 of 4 running: the next step starts, with the state it left
+    assert inspector.get_task(f"{workflow_id}.d1").message.kwargs["state"] == {"next": 4}
+
+
+def test_a_command_left_by_a_dead_commander_is_applied_by_another(inspector, broker):
+    workflow_id = chain(add.s(1, 1), add.s(1), retention=KEEP).enqueue()
+    child_outcome(broker, "default", workflow_id, cmd_id="c0", position=0, ok=True, payload_json="2")
+    assert take_commands(broker, "default", lease_ms=50)  # taken, then its commander died
+    assert not take_commands(broker, "default")  # leased: no one else takes it yet
+    wait_for(lambda: apply_due(broker, ["default"]) == 1, timeout=5)
+    assert inspector.get_task(f"{workflow_id}.1").message.args == [2, 1]
+
+
+def test_a_map_step_returning_no_chunks_reduces_an_empty_list(inspector, run_worker):
+    done = run(inspector, run_worker, map_reduce(split.s(0, 10), chunk_sum.s(), total.s(), retention=KEEP))
+    assert done.state == TaskState.COMPLETED and done.result == 0
+
+
+def test_a_map_step_returning_something_else_fails_the_workflow(inspector, run_worker):
+    done = run(inspector, run_worker, map_reduce(add.s(1, 2), chunk_sum.s(), total.s(), retention=KEEP))
+    assert done.state == TaskState.ARCHIVED and "list of chunks" in done.last_error
+
+
+def test_a_finished_workflow_leaves_nothing_but_its_dedupe_records(
+    inspector, run_worker, redis_client, broker
+):
+    workflow_id = chain(add.s(1, 1), group(mul.s(2), mul.s(3)), total.s()).enqueue()
+    with run_worker(queues=QUEUES):
+        wait_for(lambda: not redis_client.hexists(broker.queue("default").state, workflow_id))
+    assert not list(redis_client.scan_iter(match=f"*{workflow_id}*"))
+    qk = broker.queue("default")
+    for column in (qk.msg, qk.state, qk.info, qk.result, qk.progress, qk.command):
+        assert not [field for field in redis_client.hkeys(column) if field.startswith(workflow_id)]
