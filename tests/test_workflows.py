@@ -15,7 +15,18 @@ from django_rtq.workflows.commands import apply_command
 from tests.conftest import wait_for
 from tests.test_worker_process import start_worker  # noqa: F401  (fixture)
 from tests.testapp import tasks
-from tests.testapp.wf_tasks import add, chunk_sum, explode, mark, mul, numbers, split, square_low, total
+from tests.testapp.wf_tasks import (
+    add,
+    chunk_sum,
+    explode,
+    freezes_once,
+    mark,
+    mul,
+    numbers,
+    split,
+    square_low,
+    total,
+)
 
 QUEUES = {"default": 1, "low": 1}
 KEEP = 60  # seconds a finished workflow is kept, so that its result can be read
@@ -272,3 +283,14 @@ def test_a_finished_workflow_leaves_nothing_but_its_dedupe_records(
     qk = broker.queue("default")
     for column in (qk.msg, qk.state, qk.info, qk.result, qk.progress, qk.command):
         assert not [field for field in redis_client.hkeys(column) if field.startswith(workflow_id)]
+
+
+def test_a_frozen_chunk_is_stopped_by_its_timeout_and_retried(inspector, run_worker):
+    workflow = map_reduce(split.s(50, 10), freezes_once.s(20), total.s(), retention=KEEP)
+    workflow_id = workflow.enqueue()
+    with run_worker(queues=QUEUES):
+        done = finished(inspector, workflow_id)
+    assert done.result == sum(range(50))
+    frozen = inspector.get_task(f"{workflow_id}.1.2")  # the chunk [20..29], kept for its retention
+    assert frozen.state == TaskState.COMPLETED and frozen.retried == 1
+    assert frozen.info["errors"][0]["type"].endswith("TaskTimeout")

@@ -1,5 +1,7 @@
 """Task types the workflow tests compose."""
 
+import time
+
 from django_rtq import current_task, task
 
 from .tasks import report
@@ -59,3 +61,12 @@ def numbers(state):
         return None
     stop = min(start + 10, limit)
     return {**state, "next": stop}, [mark.s(f"iterated:{state['name']}", i) for i in range(start, stop)]
+
+
+@task(max_retries=2, retry_backoff=0, timeout=0.5, retention=60)
+def freezes_once(chunk, frozen_chunk):
+    """A chunk that hangs on its first attempt when it starts with `frozen_chunk`."""
+    if chunk[0] == frozen_chunk and current_task().retried == 0:
+        while True:  # stopped by the timeout
+            time.sleep(0.01)
+    return sum(chunk)
