@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 import redis
 
 from django_rtq.broker import Broker
 from django_rtq.connection import reset_broker
+
+ROOT = Path(__file__).resolve().parent.parent
 
 pytest_plugins = ["tests.cluster"]
 
@@ -108,3 +113,35 @@ def run_worker(broker):
     yield run
     for worker in started:
         worker.stop()
+
+
+@pytest.fixture
+def start_worker(broker, prefix):
+    """Start real `rtq_worker` processes on the test's key prefix: `start_worker(*args, lease=, **env)`."""
+    processes = []
+
+    def start(*args: str, lease: float = 30, **env: str) -> subprocess.Popen:
+        environment = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+            "RTQ_TEST_PREFIX": prefix,
+            "RTQ_TEST_LEASE": str(lease),
+            **env,
+        }
+        process = subprocess.Popen(
+            [sys.executable, "-m", "django", "rtq_worker", "--loglevel", "WARNING", *args],
+            env=environment,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        processes.append(process)
+        return process
+
+    yield start
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

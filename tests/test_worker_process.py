@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,37 +14,6 @@ from tests.conftest import wait_for
 from tests.testapp import tasks
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture
-def start_worker(broker, prefix):
-    processes = []
-
-    def start(*args: str, lease: float = 30, **env: str) -> subprocess.Popen:
-        environment = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "tests.settings",
-            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-            "RTQ_TEST_PREFIX": prefix,
-            "RTQ_TEST_LEASE": str(lease),
-            **env,
-        }
-        process = subprocess.Popen(
-            [sys.executable, "-m", "django", "rtq_worker", "--loglevel", "WARNING", *args],
-            env=environment,
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        processes.append(process)
-        return process
-
-    yield start
-    for process in processes:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
 
 @pytest.fixture

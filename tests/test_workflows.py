@@ -13,7 +13,6 @@ from django_rtq.broker.workflow import child_outcome, take_commands
 from django_rtq.workflows import apply_due, chain, chord, group, iterator, map_reduce
 from django_rtq.workflows.commands import apply_command
 from tests.conftest import wait_for
-from tests.test_worker_process import start_worker  # noqa: F401  (fixture)
 from tests.testapp import tasks
 from tests.testapp.wf_tasks import (
     add,
@@ -180,7 +179,7 @@ def test_an_activation_applied_twice_enqueues_once(inspector, broker):
     assert inspector.count("default", TaskState.PENDING) == 2  # the first step and the second, once
 
 
-def test_a_workflow_survives_a_sigkilled_worker(start_worker, inspector, broker):  # noqa: F811
+def test_a_workflow_survives_a_sigkilled_worker(start_worker, inspector, broker):
     workflow_id = map_reduce(split.s(200, 5), chunk_sum.s(), total.s(), retention=KEEP).enqueue()
     first = start_worker("--queues", "default,low", "--concurrency", "2", lease=1)
     wait_for(lambda: inspector.get_task(workflow_id).workflow.get("stage") == "aggregating", timeout=30)

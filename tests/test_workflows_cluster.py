@@ -4,6 +4,7 @@ workflow, so that every step and every result crosses slots through commands."""
 from __future__ import annotations
 
 import json
+import signal
 import uuid
 
 import pytest
@@ -12,7 +13,7 @@ from django_rtq.broker import TaskState
 from django_rtq.broker.inspect import Inspector
 from django_rtq.broker.workflow import child_outcome, take_commands
 from django_rtq.worker.server import Worker
-from django_rtq.workflows import chain, chord, group, iterator, map_reduce
+from django_rtq.workflows import apply_due, chain, chord, group, iterator, map_reduce
 from django_rtq.workflows.commands import apply_command
 from tests.conftest import wait_for
 from tests.testapp import tasks
@@ -120,3 +121,35 @@ def test_commands_applied_twice_count_once_on_the_cluster(cluster_broker):
     for _ in range(2):
         apply_command(cluster_broker, cmd_id, json.loads(body))
     assert Inspector(cluster_broker).count("billing", TaskState.PENDING) == 1
+
+
+def test_a_command_left_by_a_dead_commander_is_applied_on_the_cluster(cluster_broker):
+    workflow_id = chain(
+        add.s(1, 1).using(queue="search"), add.s(1).using(queue="billing"), queue="emails", retention=KEEP
+    ).enqueue(broker=cluster_broker)
+    child_outcome(cluster_broker, "emails", workflow_id, cmd_id="c0", position=0, ok=True, payload_json="2")
+    assert take_commands(cluster_broker, "emails", lease_ms=50)  # taken; then its commander died
+    wait_for(lambda: apply_due(cluster_broker, ["emails"]) == 1, timeout=5)
+    assert Inspector(cluster_broker).get_task(f"{workflow_id}.1").message.args == [2, 1]
+
+
+def test_a_workflow_survives_a_sigkilled_worker_on_the_cluster(redis_cluster, cluster_broker, start_worker):
+    env = {
+        "RTQ_REDIS_URL": f"redis+cluster://127.0.0.1:{redis_cluster.ports[0]}/0",
+        "RTQ_TEST_PREFIX": cluster_broker.keys.prefix,
+    }
+    workflow = map_reduce(
+        split.s(300, 3).using(queue="emails"), chunk_sum.s().using(queue="search"),
+        total.s().using(queue="billing"), queue="billing", retention=KEEP,
+    )  # fmt: skip
+    workflow_id = workflow.enqueue(broker=cluster_broker)
+    inspector = Inspector(cluster_broker)
+    queues = ("--queues", "emails,search,billing", "--concurrency", "2")
+    first = start_worker(*queues, lease=1, **env)
+    wait_for(lambda: inspector.get_task(workflow_id).workflow.get("stage") == "aggregating", timeout=30)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    start_worker(*queues, lease=1, **env)
+    done = finished(cluster_broker, workflow_id, timeout=60)
+    assert done.state == TaskState.COMPLETED
+    assert done.result == sum(range(300))
