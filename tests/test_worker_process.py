@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-from pathlib import Path
 
 import pytest
 
@@ -12,8 +11,6 @@ from django_rtq import get_inspector
 from django_rtq.broker import TaskState
 from tests.conftest import wait_for
 from tests.testapp import tasks
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture

@@ -193,20 +193,20 @@ def test_a_workflow_survives_a_sigkilled_worker(start_worker, inspector, broker)
 
 @pytest.mark.timeout(300)
 def test_a_map_reduce_over_10000_chunks_leaves_no_keys_behind(inspector, run_worker, redis_client, broker):
-    workflow_id = map_reduce(split.s(10_000, 1), chunk_sum.s(), total.s()).enqueue()
+    workflow_id = map_reduce(split.s(10_000, 1), chunk_sum.s(), total.s(), retention=1).enqueue()
     with run_worker(queues=QUEUES, concurrency=20):
-        wait_for(
-            lambda: (
-                redis_client.lrange(tasks.report_key("never"), 0, -1) == []
-                and not redis_client.hexists(broker.queue("default").state, workflow_id)
-            ),
-            timeout=240,
-        )
+        done = finished(inspector, workflow_id, timeout=240)
+        assert done.state == TaskState.COMPLETED
+        assert done.result == sum(range(10_000))
+        # Once its retention ends, the janitor deletes it like any completed task.
+        wait_for(lambda: not redis_client.hexists(broker.queue("default").state, workflow_id), timeout=30)
     assert not list(redis_client.scan_iter(match=f"*{workflow_id}*"))
     for queue in QUEUES:
         qk = broker.queue(queue)
-        for column in (qk.msg, qk.state, qk.info, qk.result, qk.progress, qk.command):
+        for column in (qk.msg, qk.state, qk.info, qk.result, qk.progress, qk.command, qk.finished):
             assert not any(field.startswith(workflow_id) for field in redis_client.hkeys(column))
+        for state in TaskState:
+            assert not any(i.startswith(workflow_id) for i in redis_client.zrange(qk.state_set(state), 0, -1))
         assert redis_client.zcard(qk.commands) == 0
 
 
