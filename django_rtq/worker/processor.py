@@ -16,7 +16,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 
 from .. import signals
 from ..broker import Broker, ClaimedTask, TaskMessage
@@ -386,6 +386,7 @@ class Processor:
         finally:
             if loop is not None:
                 loop.close()
+            connections.close_all()  # this thread's own; left open they outlive the worker
 
     def _run(self, job: Job, loop: asyncio.AbstractEventLoop | None) -> bool:
         """Run one job; return False if this thread was abandoned and must end."""
@@ -572,6 +573,7 @@ class Processor:
                 except Exception:
                     logger.exception("settling %d outcome(s) failed", len(batch))
             if last:
+                connections.close_all()  # signal receivers may have used the database
                 return
 
     def _settle(self, batch: list[Outcome]) -> None:
