@@ -56,3 +56,17 @@ class FinishedTask(models.Model):
     @property
     def succeeded(self) -> bool:
         return self.status == self.Status.SUCCEEDED
+
+
+class LiveTask(models.Model):
+    """No table: the admin's live views over Redis hang on it, and its permissions guard them.
+
+    "view" lets staff look at queues, workers and tasks; "change" lets them act (run now,
+    archive, delete, cancel, pause and resume).
+    """
+
+    class Meta:
+        managed = False
+        default_permissions = ("view", "change")
+        verbose_name = _("live task")
+        verbose_name_plural = _("live tasks")

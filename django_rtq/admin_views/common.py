@@ -1,0 +1,141 @@
+"""What the live views share: permissions, page context, Redis errors, time formatting."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib.admin import ModelAdmin
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+
+from .. import get_inspector
+from ..broker import TaskState
+from ..broker.inspect import Inspector
+from ..conf import get_settings
+from ..exceptions import BrokerUnavailable
+
+#: The states in the order the admin shows them: the lifecycle's, then any others.
+_ORDER = ("pending", "active", "scheduled", "retry", "archived", "completed")
+STATES = tuple(sorted(TaskState, key=lambda s: _ORDER.index(s) if s in _ORDER else len(_ORDER)))
+#: What the time kept with a task (its score) means in each state.
+STATE_TIME_LABELS = {
+    TaskState.SCHEDULED: "Runs at",
+    TaskState.RETRY: "Next attempt",
+    TaskState.ACTIVE: "Lease expires",
+    TaskState.ARCHIVED: "Archived at",
+    TaskState.COMPLETED: "Kept until",
+}
+
+View = Callable[..., HttpResponse]
+
+
+def live_view(*, acts: bool = False) -> Callable[[View], View]:
+    """Check the permission (view, or change if the view `acts`) and turn Redis errors into a page.
+
+    The view is called as `view(request, model_admin, inspector, ...)`.
+    """
+
+    def decorator(view: View) -> View:
+        @functools.wraps(view)
+        def wrapper(request: HttpRequest, model_admin: ModelAdmin, *args: Any, **kwargs: Any) -> HttpResponse:
+            allowed = (
+                model_admin.has_change_permission(request)
+                if acts
+                else model_admin.has_view_permission(request)
+            )
+            if not allowed:
+                raise PermissionDenied
+            try:
+                return view(request, model_admin, get_inspector(), *args, **kwargs)
+            except BrokerUnavailable as exc:
+                context = page_context(request, model_admin, title="Redis is unreachable")
+                context["error"] = str(exc)
+                return TemplateResponse(request, "admin/django_rtq/unavailable.html", context, status=503)
+
+        return wrapper
+
+    return decorator
+
+
+def page_context(
+    request: HttpRequest, model_admin: ModelAdmin, *, title: str, **extra: Any
+) -> dict[str, Any]:
+    """The admin's own context (site header, sidebar, ...) plus what every live page uses."""
+    return {
+        **model_admin.admin_site.each_context(request),
+        "title": title,
+        "opts": model_admin.model._meta,
+        "app_label": model_admin.model._meta.app_label,
+        "can_change": model_admin.has_change_permission(request),
+        "states": STATES,
+        **extra,
+    }
+
+
+def queue_names(inspector: Inspector) -> list[str]:
+    """Queues enqueued to at least once, and those in settings.RTQ['QUEUES']."""
+    return sorted(set(inspector.queues()) | set(get_settings().QUEUES))
+
+
+def admin_url(model_admin: ModelAdmin, name: str, *args: Any, query: dict[str, Any] | None = None) -> str:
+    """Reverse one of the live views (`dashboard`, `tasks`, `task`, `task_action`, `queue_action`)."""
+    url = reverse(f"{model_admin.admin_site.name}:{url_name(name)}", args=args)
+    present = {key: value for key, value in (query or {}).items() if value not in (None, "")}
+    return f"{url}?{urlencode(present)}" if present else url
+
+
+def url_name(name: str) -> str:
+    return "django_rtq_livetask_changelist" if name == "dashboard" else f"django_rtq_{name}"
+
+
+def task_url(model_admin: ModelAdmin, task_id: str, queue: str | None = None) -> str:
+    return admin_url(model_admin, "task", task_id, query={"queue": queue})
+
+
+def safe_next(request: HttpRequest, fallback: str) -> str:
+    """The `next` URL of the request if it points to this site, else `fallback`."""
+    target = request.POST.get("next") or request.GET.get("next")
+    if target and url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return target
+    return fallback
+
+
+def as_datetime(epoch_seconds: Any) -> datetime | None:
+    """An aware datetime from epoch seconds; None for anything else."""
+    if isinstance(epoch_seconds, bool) or not isinstance(epoch_seconds, int | float):
+        return None
+    try:
+        return datetime.fromtimestamp(epoch_seconds, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def format_seconds(seconds: float | None) -> str:
+    """A length of time for people: "0.4 s", "42 s", "3 min 20 s", "2 h 5 min", "3 d 4 h"."""
+    if seconds is None:
+        return "—"
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    seconds = int(seconds)
+    for size, unit, smaller_size, smaller_unit in (
+        (86400, "d", 3600, "h"),
+        (3600, "h", 60, "min"),
+        (60, "min", 1, "s"),
+    ):
+        if seconds >= size:
+            rest = (seconds % size) // smaller_size
+            return f"{seconds // size} {unit}" + (f" {rest} {smaller_unit}" if rest else "")
+    return f"{seconds} s"
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"

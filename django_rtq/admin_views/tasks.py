@@ -1,0 +1,306 @@
+"""Task lists per state, a page at a time straight from Redis, and the page of one task."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.admin import ModelAdmin
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import NoReverseMatch, reverse
+
+from ..broker import TaskState
+from ..broker.inspect import NAME_SEARCH_SCAN, Inspector, TaskInfo
+from ..exceptions import TaskNotFound
+from ..management.base import OPTION_FIELDS
+from ..models import FinishedTask
+from .actions import ACTIONS, STATE_ACTIONS
+from .common import (
+    STATE_TIME_LABELS,
+    STATES,
+    admin_url,
+    as_datetime,
+    live_view,
+    page_context,
+    queue_names,
+    task_url,
+)
+
+#: Tasks per page of a list.
+PER_PAGE = 50
+#: Message options holding epoch seconds, and those holding lengths of time (seconds).
+TIME_OPTIONS = ("deadline", "enqueued_at", "process_at")
+SECONDS_OPTIONS = ("timeout", "retention", "unique_ttl")
+#: Info entries the task page shows on their own rather than in the attempt facts.
+INFO_SHOWN_APART = (
+    "retried",
+    "error",
+    "error_type",
+    "traceback",
+    "errors",
+    "workers",
+    "progress",
+    "children",
+)
+
+
+class TaskList:
+    """A queue's tasks in one state as a sequence Django's Paginator can page through.
+
+    Its length is one ZCARD (or the count the caller already has) and a slice is one ZRANGE
+    with offsets, so a page costs the same whether the list holds ten tasks or millions.
+    """
+
+    def __init__(
+        self, inspector: Inspector, queue: str, state: TaskState, *, total: int | None = None
+    ) -> None:
+        self.inspector = inspector
+        self.queue = queue
+        self.state = state
+        self.total = total
+
+    def count(self) -> int:
+        return self.total if self.total is not None else self.inspector.count(self.queue, self.state)
+
+    def __getitem__(self, bounds: slice) -> list[TaskInfo]:
+        start, stop = bounds.start or 0, bounds.stop
+        return self.inspector.list_tasks(self.queue, self.state, offset=start, limit=max(stop - start, 0))
+
+
+@live_view()
+def task_list(
+    request: HttpRequest, model_admin: ModelAdmin, inspector: Inspector, state: str
+) -> HttpResponse:
+    try:
+        task_state = TaskState(state)
+    except ValueError:
+        raise Http404(f"No state {state!r}.") from None
+    names = queue_names(inspector)
+    counts = {name: inspector.count(name, task_state) for name in names}
+    queue = request.GET.get("queue")
+    if queue not in counts:
+        queue = next((name for name in names if counts[name]), names[0])
+
+    task_id = request.GET.get("id", "").strip()
+    if task_id:
+        try:
+            found = inspector.get_task(task_id)
+        except TaskNotFound:
+            messages.warning(request, f"No task with id {task_id!r} in any queue.")
+        else:
+            return HttpResponseRedirect(task_url(model_admin, found.id, found.queue))
+
+    name = request.GET.get("name", "").strip()
+    if name:
+        object_list: Any = inspector.search_by_name(queue, task_state, name, scan=NAME_SEARCH_SCAN)
+    else:
+        object_list = TaskList(inspector, queue, task_state, total=counts[queue])
+    page = Paginator(object_list, PER_PAGE).get_page(request.GET.get("page"))
+    base_query = {"queue": queue, "name": name}
+
+    context = page_context(
+        request,
+        model_admin,
+        title=f"{task_state.capitalize()} tasks",
+        subtitle=f"Queue {queue}",
+        state=task_state,
+        queue=queue,
+        queue_filter=[
+            (
+                queue_name,
+                counts[queue_name],
+                admin_url(model_admin, "tasks", task_state, query={"queue": queue_name}),
+            )
+            for queue_name in names
+        ],
+        state_tabs=[
+            (other, admin_url(model_admin, "tasks", other, query={"queue": queue})) for other in STATES
+        ],
+        total=counts[queue],
+        name=name,
+        task_id=task_id,
+        scan_limit=NAME_SEARCH_SCAN,
+        page=page,
+        page_links=[
+            (number, admin_url(model_admin, "tasks", task_state, query={**base_query, "page": number}))
+            if isinstance(number, int)
+            else (number, None)
+            for number in page.paginator.get_elided_page_range(page.number, on_each_side=2, on_ends=1)
+        ],
+        rows=[task_row(model_admin, task) for task in page.object_list],
+        time_label=STATE_TIME_LABELS.get(task_state),
+        actions=[ACTIONS[action] for action in STATE_ACTIONS.get(task_state, ())],
+        bulk_actions=[
+            ACTIONS[action] for action in STATE_ACTIONS.get(task_state, ()) if ACTIONS[action].bulk
+        ],
+        action_url=admin_url(model_admin, "task_action"),
+        here=request.get_full_path(),
+    )
+    return TemplateResponse(request, "admin/django_rtq/task_list.html", context)
+
+
+def task_row(model_admin: ModelAdmin, task: TaskInfo) -> dict[str, Any]:
+    message = task.message
+    return {
+        "id": task.id,
+        "url": task_url(model_admin, task.id, task.queue),
+        "task": message.task if message else None,
+        "args": shorten(json.dumps([message.args, message.kwargs])[1:-1]) if message else None,
+        "priority": message.priority if message else None,
+        "enqueued_at": as_datetime(message.enqueued_at) if message else None,
+        "retried": task.retried,
+        "error": shorten(task.last_error),
+        "at": as_datetime(task.score_at),
+        "owner": task.owner,
+    }
+
+
+def shorten(text: str | None, width: int = 80) -> str | None:
+    if text is None or len(text) <= width:
+        return text
+    return text[: width - 1] + "…"
+
+
+@live_view()
+def task_detail(
+    request: HttpRequest, model_admin: ModelAdmin, inspector: Inspector, task_id: str
+) -> HttpResponse:
+    queue = request.GET.get("queue") or None
+    try:
+        task = inspector.get_task(task_id, queue=queue)
+    except TaskNotFound:
+        if queue is None:
+            return not_found(request, model_admin, task_id)
+        try:  # the queue in the link may be stale; the id is enough
+            task = inspector.get_task(task_id)
+        except TaskNotFound:
+            return not_found(request, model_admin, task_id)
+    message = task.message
+    info = task.info
+    context = page_context(
+        request,
+        model_admin,
+        title=f"Task {task.id}",
+        subtitle=message.task if message else "Corrupt message",
+        task=task,
+        message=message,
+        list_url=admin_url(model_admin, "tasks", task.state, query={"queue": task.queue}),
+        time_label=STATE_TIME_LABELS.get(task.state),
+        at=as_datetime(task.score_at),
+        args=json.dumps(message.args, indent=2, ensure_ascii=False) if message else None,
+        kwargs=json.dumps(message.kwargs, indent=2, ensure_ascii=False) if message else None,
+        options=task_options(message) if message else [],
+        facts=[(key, read_fact(key, value)) for key, value in info.items() if key not in INFO_SHOWN_APART],
+        attempts=read_attempts(info),
+        error_type=info.get("error_type"),
+        traceback=info.get("traceback") or None,
+        result=json.dumps(task.result, indent=2, ensure_ascii=False) if task.result is not None else None,
+        # a workflow's progress: on the task info, or (workflows) a column of its own
+        progress=read_progress(getattr(task, "progress", None) or info.get("progress")),
+        parent_url=task_url(model_admin, message.parent, getattr(message, "parent_queue", None))
+        if message and message.parent
+        else None,
+        # a waiting workflow's running children (TaskInfo.children), or those its info lists
+        children=read_children(model_admin, list(getattr(task, "children", [])) or info.get("children")),
+        workflow=sorted((getattr(task, "workflow", None) or {}).items()),
+        actions=[ACTIONS[action] for action in STATE_ACTIONS.get(task.state, ())],
+        action_url=admin_url(model_admin, "task_action"),
+        here=request.get_full_path(),
+    )
+    return TemplateResponse(request, "admin/django_rtq/task_detail.html", context)
+
+
+def task_options(message: Any) -> list[tuple[str, Any]]:
+    options = []
+    for name in OPTION_FIELDS:
+        value = getattr(message, name)
+        if name in TIME_OPTIONS:
+            value = as_datetime(value) if value else None
+        elif name in SECONDS_OPTIONS and value is not None:
+            value = f"{value:g} s"
+        options.append((name.replace("_", " "), value))
+    return options
+
+
+def read_fact(key: str, value: Any) -> Any:
+    """An attempt fact for display: times as datetimes, lists and objects as JSON."""
+    if key.endswith("_at") and as_datetime(value):
+        return as_datetime(value)
+    if isinstance(value, list | dict):
+        return json.dumps(value, ensure_ascii=False)
+    return value
+
+
+def read_attempts(info: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per attempt: its worker and, if it failed, its error (`workers` and `errors` lists)."""
+    workers = info.get("workers") if isinstance(info.get("workers"), list) else []
+    errors = info.get("errors") if isinstance(info.get("errors"), list) else []
+    return [
+        {
+            "number": n + 1,
+            "worker": workers[n] if n < len(workers) else None,
+            "error": errors[n] if n < len(errors) and isinstance(errors[n], dict) else None,
+        }
+        for n in range(max(len(workers), len(errors)))
+    ]
+
+
+def read_progress(progress: Any) -> dict[str, Any] | None:
+    """Read {"done": n, "total": m}; None when absent or not numbers."""
+    if not isinstance(progress, dict):
+        return None
+    done, total = progress.get("done"), progress.get("total")
+    if not all(isinstance(n, int | float) and not isinstance(n, bool) for n in (done, total)):
+        return None
+    percent = 100.0 if total <= 0 else max(0.0, min(100.0, 100.0 * done / total))
+    return {"done": done, "total": total, "percent": round(percent, 1)}
+
+
+def read_children(model_admin: ModelAdmin, children: Any) -> list[dict[str, Any]]:
+    """Read the children a workflow recorded: ids, or objects with an `id` (and maybe more)."""
+    if not isinstance(children, list):
+        return []
+    read = []
+    for child in children:
+        if isinstance(child, dict) and child.get("id") is not None:
+            child_id, queue = str(child["id"]), child.get("queue")
+            details = {key: value for key, value in child.items() if key not in ("id", "queue")}
+        elif isinstance(child, str | int):
+            child_id, queue, details = str(child), None, {}
+        else:
+            continue
+        read.append(
+            {
+                "id": child_id,
+                "url": task_url(model_admin, child_id, queue if isinstance(queue, str) else None),
+                "details": details,
+            }
+        )
+    return read
+
+
+def not_found(request: HttpRequest, model_admin: ModelAdmin, task_id: str) -> HttpResponse:
+    """Say the task is not in Redis, linking to its finished record if the mirror has one."""
+    finished_url = None
+    if request.user.has_perm("django_rtq.view_finishedtask"):
+        finished = FinishedTask.objects.filter(task_id=task_id).only("task_id").first()
+        if finished is not None:
+            try:
+                finished_url = reverse(
+                    f"{model_admin.admin_site.name}:django_rtq_finishedtask_change", args=[finished.pk]
+                )
+            except NoReverseMatch:
+                finished_url = None
+    context = page_context(
+        request,
+        model_admin,
+        title="Task not found",
+        task_id=task_id,
+        finished_url=finished_url,
+        detail=f"No task with id {task_id!r} is in Redis: it never existed, or it finished and "
+        f"its retention ended, or it was deleted.",
+    )
+    return TemplateResponse(request, "admin/django_rtq/task_not_found.html", context, status=404)

@@ -1,0 +1,236 @@
+"""Serializers of the API's requests and responses (they also describe them in the OpenAPI schema)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from django.core.validators import RegexValidator
+from rest_framework import serializers
+
+from ..broker.message import MAX_PRIORITY, MIN_PRIORITY
+from ..broker.states import TaskState
+from ..models import FinishedTask
+
+#: Most items a page of a list may hold (`limit`).
+MAX_PAGE_SIZE = 500
+#: Largest `offset` accepted: far past any real list, and safe for Redis and SQL.
+MAX_OFFSET = 2**31 - 1
+#: Longest delay accepted when enqueueing, in seconds (ten years).
+MAX_DELAY_SECONDS = 10 * 365 * 24 * 3600.0
+#: Days of history a queue's detail can show.
+MAX_HISTORY_DAYS = 90
+
+STATE_CHOICES = [state.value for state in TaskState]
+
+
+# Requests
+
+
+class EnqueueSerializer(serializers.Serializer):
+    """The body of an enqueue: the call's arguments and, optionally, per-call options."""
+
+    args = serializers.ListField(child=serializers.JSONField(), required=False, default=list)
+    kwargs = serializers.DictField(child=serializers.JSONField(), required=False, default=dict)
+    queue = serializers.CharField(required=False, help_text="A queue of RTQ['QUEUES'] (or the task's own).")
+    priority = serializers.IntegerField(required=False, min_value=MIN_PRIORITY, max_value=MAX_PRIORITY)
+    delay = serializers.FloatField(
+        required=False, min_value=0, max_value=MAX_DELAY_SECONDS, help_text="Seconds to wait before running."
+    )
+    task_id = serializers.CharField(
+        required=False,
+        max_length=255,
+        validators=[RegexValidator(r"^\S+$", "A task id cannot contain spaces.")],
+        help_text="An id of your own; a task with this id must not exist yet.",
+    )
+
+    def validate_queue(self, value: str) -> str:
+        queues = self.context.get("queues", ())
+        if value not in queues:
+            raise serializers.ValidationError(
+                f"Unknown queue {value!r}; expected one of: {', '.join(queues)}."
+            )
+        return value
+
+    def validate_delay(self, value: float) -> float:
+        if not math.isfinite(value):
+            raise serializers.ValidationError("A valid number is required.")
+        return value
+
+
+class PageQuerySerializer(serializers.Serializer):
+    """`limit` and `offset` of a page of a list."""
+
+    limit = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=MAX_PAGE_SIZE,
+        help_text="Items per page (default API_PAGE_SIZE).",
+    )
+    offset = serializers.IntegerField(required=False, min_value=0, max_value=MAX_OFFSET, default=0)
+
+
+class TaskListQuerySerializer(PageQuerySerializer):
+    state = serializers.ChoiceField(choices=STATE_CHOICES)
+
+
+class FinishedQuerySerializer(PageQuerySerializer):
+    status = serializers.ChoiceField(choices=FinishedTask.Status.choices, required=False)
+    queue = serializers.CharField(required=False, max_length=255)
+    task_name = serializers.CharField(required=False, max_length=255)
+    finished_after = serializers.DateTimeField(required=False, help_text="Finished at or after (ISO 8601).")
+    finished_before = serializers.DateTimeField(required=False, help_text="Finished before (ISO 8601).")
+
+
+class TaskQuerySerializer(serializers.Serializer):
+    queue = serializers.CharField(required=False, help_text="Look in this queue only.")
+
+
+class QueueQuerySerializer(serializers.Serializer):
+    days = serializers.IntegerField(required=False, min_value=1, max_value=MAX_HISTORY_DAYS, default=7)
+
+
+# Responses
+
+
+class ErrorSerializer(serializers.Serializer):
+    detail = serializers.CharField()
+
+
+class TaskTypeSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    queue = serializers.CharField(allow_null=True)
+    parameters = serializers.ListField(child=serializers.DictField(), help_text="{name, kind, required}")
+    doc = serializers.CharField(allow_null=True)
+
+
+class EnqueuedSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    task = serializers.CharField()
+    queue = serializers.CharField()
+    state = serializers.ChoiceField(choices=[TaskState.PENDING.value, TaskState.SCHEDULED.value])
+    process_at = serializers.DateTimeField(allow_null=True)
+    url = serializers.URLField()
+
+
+class TaskSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    queue = serializers.CharField()
+    state = serializers.ChoiceField(choices=STATE_CHOICES)
+    live = serializers.BooleanField(help_text="In Redis; false once only its finished record is left.")
+    task = serializers.CharField(allow_null=True, help_text="The task type; null if its message is corrupt.")
+    args = serializers.ListField(child=serializers.JSONField())
+    kwargs = serializers.DictField(child=serializers.JSONField())
+    priority = serializers.IntegerField()
+    max_retries = serializers.IntegerField(allow_null=True)
+    retried = serializers.IntegerField()
+    error = serializers.CharField(allow_null=True, help_text="The last error's message.")
+    error_type = serializers.CharField(allow_null=True)
+    traceback = serializers.CharField(allow_null=True)
+    errors = serializers.ListField(child=serializers.DictField(), help_text="Every attempt's error.")
+    result = serializers.JSONField(allow_null=True)
+    progress = serializers.JSONField(allow_null=True)
+    enqueued_at = serializers.DateTimeField(allow_null=True)
+    process_at = serializers.DateTimeField(allow_null=True)
+    state_at = serializers.DateTimeField(
+        allow_null=True,
+        help_text="Next attempt (scheduled, retry), lease expiry (active), archived at, end of retention "
+        "(completed), or finished at (not live).",
+    )
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+    worker = serializers.CharField(allow_null=True)
+
+
+class CancelledSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    queue = serializers.CharField()
+    listeners = serializers.IntegerField(help_text="Workers that heard the request.")
+
+
+class QueueSerializer(serializers.Serializer):
+    queue = serializers.CharField()
+    size = serializers.IntegerField()
+    pending = serializers.IntegerField()
+    active = serializers.IntegerField()
+    scheduled = serializers.IntegerField()
+    retry = serializers.IntegerField()
+    archived = serializers.IntegerField()
+    completed = serializers.IntegerField()
+    waiting = serializers.IntegerField(required=False, help_text="Workflows waiting for their children.")
+    processed_today = serializers.IntegerField(help_text="Attempts finished today (UTC).")
+    failed_today = serializers.IntegerField()
+    paused = serializers.BooleanField()
+    oldest_pending_age = serializers.FloatField(allow_null=True, help_text="Seconds.")
+
+
+class DayCountSerializer(serializers.Serializer):
+    day = serializers.DateField()
+    processed = serializers.IntegerField()
+    failed = serializers.IntegerField()
+
+
+class QueueDetailSerializer(QueueSerializer):
+    history = DayCountSerializer(many=True, help_text="Daily counters, oldest first.")
+
+
+class RunningTaskSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    task = serializers.CharField()
+    queue = serializers.CharField()
+    started_at = serializers.FloatField(allow_null=True, help_text="Epoch seconds.")
+
+
+class WorkerSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    host = serializers.CharField(required=False)
+    pid = serializers.IntegerField(required=False)
+    queues = serializers.DictField(child=serializers.IntegerField(), required=False, help_text="Weights.")
+    strict = serializers.BooleanField(required=False)
+    concurrency = serializers.IntegerField(required=False)
+    started_at = serializers.FloatField(required=False, allow_null=True, help_text="Epoch seconds.")
+    active = RunningTaskSerializer(many=True, required=False)
+
+
+class FinishedTaskSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = FinishedTask
+        fields = [
+            "task_id",
+            "task_name",
+            "queue",
+            "status",
+            "args",
+            "kwargs",
+            "priority",
+            "return_value",
+            "error_class",
+            "error_message",
+            "traceback",
+            "errors",
+            "attempts",
+            "worker",
+            "workers",
+            "enqueued_at",
+            "started_at",
+            "finished_at",
+            "duration",
+            "parent_id",
+        ]
+
+
+def page_serializer(item: type[serializers.Serializer], name: str) -> type[serializers.Serializer]:
+    """A serializer class of a page of `item`s, named `name` in the schema."""
+    fields: dict[str, Any] = {
+        "count": serializers.IntegerField(help_text="Items in the whole list."),
+        "limit": serializers.IntegerField(),
+        "offset": serializers.IntegerField(),
+        "next": serializers.URLField(allow_null=True),
+        "previous": serializers.URLField(allow_null=True),
+        "results": item(many=True),
+    }
+    return type(name, (serializers.Serializer,), fields)
+
+
+TaskPageSerializer = page_serializer(TaskSerializer, "TaskPageSerializer")
+FinishedTaskPageSerializer = page_serializer(FinishedTaskSerializer, "FinishedTaskPageSerializer")
