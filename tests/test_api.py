@@ -374,6 +374,21 @@ def test_cancel_without_a_listening_worker_is_a_conflict(api, inspector, broker,
     assert "No worker is listening" in response.json()["detail"]
 
 
+def test_a_waiting_workflow_shows_its_progress_and_can_be_cancelled_or_deleted(api, inspector):
+    from django_rtq.workflows import group
+    from tests.testapp.wf_tasks import mark
+
+    first = group(mark.s("api-wf", 1), mark.s("api-wf", 2)).enqueue()
+    data = api.get(f"{API}tasks/{first}/").json()
+    assert data["state"] == "waiting" and data["progress"] == {"done": 0, "total": 2}
+    assert api.post(f"{API}tasks/{first}/cancel/").status_code == 202
+    assert state_of(inspector, first) == TaskState.ARCHIVED
+
+    second = group(mark.s("api-wf", 3)).enqueue()
+    assert api.post(f"{API}tasks/{second}/delete/").status_code == 204
+    assert api.get(f"{API}tasks/{second}/").status_code == 404
+
+
 # Queues
 
 

@@ -40,9 +40,10 @@ DELETE_FROM = (
     TaskState.RETRY,
     TaskState.ARCHIVED,
     TaskState.COMPLETED,
+    TaskState.WAITING,  # a workflow: cancelled first, then deleted
 )
-#: Cancel stops an active task, or a waiting workflow where workflows exist.
-CANCEL_FROM = tuple(state for state in TaskState if state in ("active", "waiting"))
+#: Cancel stops an active task, or a waiting workflow.
+CANCEL_FROM = (TaskState.ACTIVE, TaskState.WAITING)
 
 
 class APIBase(ConfiguredAccessMixin, APIView):
