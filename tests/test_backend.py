@@ -7,6 +7,8 @@ import asyncio
 from datetime import timedelta
 
 import pytest
+from asgiref.sync import sync_to_async
+from django.db import connections
 from django.utils import timezone
 
 from django_rtq import signals as rtq_signals
@@ -138,17 +140,30 @@ def test_queue_priority_and_run_after_are_honoured(mirroring, inspector):
     assert result.status == TaskResultStatus.READY
 
 
+def run_async(coroutine):
+    """Run a coroutine as a test would outside a request: the ORM queries it makes run in
+    asgiref's thread, whose connection nothing else closes (an ASGI request would)."""
+
+    async def then_close():
+        try:
+            return await coroutine
+        finally:
+            await sync_to_async(connections.close_all)()
+
+    return asyncio.run(then_close())
+
+
 def test_async_result_api(mirroring, run_worker):
     async def enqueue_and_read():
         result = await dtasks.multiply.aenqueue(2, 2)
         fetched = await dtasks.multiply.aget_result(result.id)
         return result, fetched
 
-    result, fetched = asyncio.run(enqueue_and_read())
+    result, fetched = run_async(enqueue_and_read())
     assert fetched.id == result.id and fetched.status == TaskResultStatus.READY
     with run_worker():
         wait_status(result, TaskResultStatus.SUCCESSFUL)
-    asyncio.run(fetched.arefresh())
+    run_async(fetched.arefresh())
     assert fetched.return_value == 4
 
 
