@@ -20,11 +20,14 @@ DEFAULT_MAX_RETRIES = 5
 DEFAULT_TIMEOUT_SECONDS = 1800.0  # asynq's default when neither timeout nor deadline is set
 DEFAULT_RETENTION_SECONDS = 0.0  # completed tasks are deleted at once unless a task asks otherwise
 DEFAULT_UNIQUE_TTL_SECONDS = 3600.0
-DEFAULT_LEASE_SECONDS = 30.0
-DEFAULT_RECOVERY_GRACE_SECONDS = 30.0  # clock skew allowed before an expired lease is recovered
-DEFAULT_HEARTBEAT_INTERVAL_SECONDS = 5.0
+# A dead worker's tasks run again within about LEASE + RECOVERY_GRACE + RECOVERER_INTERVAL
+# seconds (7 s at these defaults). Leases are reckoned on the Redis server's clock.
+DEFAULT_LEASE_SECONDS = 5.0
+DEFAULT_RECOVERY_GRACE_SECONDS = 1.0  # past its expiry, for a renewal on its way to arrive
+DEFAULT_HEARTBEAT_INTERVAL_SECONDS = 1.0  # leases are renewed this often
+DEFAULT_MAX_RECOVERIES = 5  # times a task may be taken back from a dead worker mid-run
 DEFAULT_FORWARDER_INTERVAL_SECONDS = 1.0
-DEFAULT_RECOVERER_INTERVAL_SECONDS = 30.0
+DEFAULT_RECOVERER_INTERVAL_SECONDS = 1.0
 DEFAULT_JANITOR_INTERVAL_SECONDS = 8.0
 DEFAULT_HEALTHCHECK_INTERVAL_SECONDS = 15.0
 DEFAULT_SYNCER_INTERVAL_SECONDS = 1.0
@@ -64,6 +67,8 @@ class RTQSettings:
     LEASE_SECONDS: float = DEFAULT_LEASE_SECONDS
     RECOVERY_GRACE: float = DEFAULT_RECOVERY_GRACE_SECONDS
     HEARTBEAT_INTERVAL: float = DEFAULT_HEARTBEAT_INTERVAL_SECONDS
+    # a task whose worker died while running it more often than this is archived (WorkerLost)
+    MAX_RECOVERIES: int = DEFAULT_MAX_RECOVERIES
     FORWARDER_INTERVAL: float = DEFAULT_FORWARDER_INTERVAL_SECONDS
     RECOVERER_INTERVAL: float = DEFAULT_RECOVERER_INTERVAL_SECONDS
     JANITOR_INTERVAL: float = DEFAULT_JANITOR_INTERVAL_SECONDS

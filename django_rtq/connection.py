@@ -194,6 +194,7 @@ def get_broker() -> Broker:
                     client,
                     prefix=conf.KEY_PREFIX,
                     counter_ttl=int(conf.STATS_TTL),
+                    lease_seconds=conf.LEASE_SECONDS,
                     mirror=conf.MIRROR,
                 )
     return _broker

@@ -47,3 +47,18 @@ class TaskCancelled(RTQError):
 
 class LeaseExpired(RTQError):
     """The worker running the task stopped renewing its lease (it died or lost Redis)."""
+
+
+class LeaseLost(RTQError):
+    """Raised in a running handler whose worker could not renew its lease in time: another
+    worker may take the task, so this one stops it."""
+
+
+class WorkerShutdown(RTQError):
+    """Raised in a handler still running when its worker's shutdown timeout ends; the task
+    goes back to pending, uncounted."""
+
+
+class WorkerLost(RTQError):
+    """The task's worker died while running it more often than `RTQ["MAX_RECOVERIES"]` allows:
+    it is archived as a poison pill."""

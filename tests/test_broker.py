@@ -52,17 +52,21 @@ def claim(
     limit: int = 100,
     lease: float = LEASE_SECONDS,
 ) -> list[ClaimedTask]:
-    expiry_ms = broker.now_ms() + int(lease * 1000)
-    return broker.claim(queue, worker_id=worker, lease_expiry_ms=expiry_ms, limit=limit)
+    broker.lease_ms = int(lease * 1000)
+    return broker.claim(queue, worker_id=worker, limit=limit)
 
 
 def claim_ids(broker: Broker, queue: str = EMAILS, **options) -> list[str]:
     return [task.id for task in claim(broker, queue, **options)]
 
 
-def done(task_id: str, *, retention: float = 0, result=None, unique_key: str | None = None) -> Completion:
+def done(
+    task_id: str, *, retention: float = 0, result=None, unique_key: str | None = None, run: str = "1"
+) -> Completion:
+    """The success of a task's run (the first claim of a task is run 1)."""
     return Completion(
         id=task_id,
+        run=run,
         info={"done": True},
         result_json=json.dumps(result),
         retention_ms=int(retention * 1000),
@@ -72,6 +76,7 @@ def done(task_id: str, *, retention: float = 0, result=None, unique_key: str | N
 
 def fail(broker: Broker, queue: str, task_id: str, to: TaskState, **options) -> bool:
     options.setdefault("worker_id", WORKER)
+    options.setdefault("run", "1")
     options.setdefault("info", {"error": "boom"})
     return broker.fail(queue, task_id, to=to, **options)
 
@@ -349,7 +354,7 @@ def test_claim_moves_tasks_to_active_under_a_lease(any_broker: Broker, clock: Fa
 
     [claimed] = claim(any_broker, SEARCH, lease=30)
 
-    assert claimed == ClaimedTask(id=task.id, queue=SEARCH, raw_message=task.to_json(), info={})
+    assert claimed == ClaimedTask(id=task.id, queue=SEARCH, raw_message=task.to_json(), info={}, run="1")
     assert scores_in(any_broker, SEARCH, TaskState.ACTIVE) == {task.id: clock.ms(30)}
     assert column(any_broker, SEARCH, "owner", task.id) == WORKER
     assert state_of(any_broker, SEARCH, task.id) == "active"
@@ -481,27 +486,55 @@ def test_fail_refuses_a_task_the_worker_does_not_hold(any_broker: Broker):
     assert counter(any_broker, EMAILS, "failed") == 0
 
 
-def test_fail_with_a_lease_cutoff_moves_only_an_expired_lease(any_broker: Broker, clock: FakeClock):
-    [task_id] = make_tasks(any_broker, TaskState.ACTIVE, EMAILS)
-    lease_ms = clock.ms(LEASE_SECONDS)
+def recover(broker: Broker, queue: str, *, grace_ms: int = 0, max_recoveries: int = 5) -> list[tuple[str, str]]:
+    return broker.recover(queue, grace_ms=grace_ms, max_recoveries=max_recoveries)
 
-    assert not fail(any_broker, EMAILS, task_id, TaskState.RETRY, lease_cutoff_ms=lease_ms)
+
+def test_recover_takes_back_only_leases_expired_past_the_grace(any_broker: Broker, clock: FakeClock):
+    [task_id] = make_tasks(any_broker, TaskState.ACTIVE, EMAILS)
+    clock.advance(LEASE_SECONDS + 1)
+
+    assert recover(any_broker, EMAILS, grace_ms=2000) == []
     assert state_of(any_broker, EMAILS, task_id) == "active"
-    assert fail(any_broker, EMAILS, task_id, TaskState.RETRY, lease_cutoff_ms=lease_ms + 1)
-    assert state_of(any_broker, EMAILS, task_id) == "retry"
+    assert recover(any_broker, EMAILS, grace_ms=500) == [(task_id, "recovered")]
+    assert state_of(any_broker, EMAILS, task_id) == "pending"
+    assert column(any_broker, EMAILS, "owner", task_id) is None
+    assert counter(any_broker, EMAILS, "failed") == 0  # a crash is not the task's failure
 
 
 def test_a_renewed_lease_is_not_recovered(any_broker: Broker, clock: FakeClock):
     [task_id] = make_tasks(any_broker, TaskState.ACTIVE, EMAILS)
     clock.advance(LEASE_SECONDS + 1)
-    [(expired, owner)] = any_broker.expired_leases(EMAILS, cutoff_ms=clock.ms())
-    # The worker renews its lease between the recoverer's look and its move.
-    any_broker.extend_leases(EMAILS, [task_id], worker_id=WORKER, lease_expiry_ms=clock.ms(30))
+    any_broker.extend_leases(EMAILS, [(task_id, True)], worker_id=WORKER)
 
-    assert not fail(
-        any_broker, EMAILS, expired.id, TaskState.RETRY, worker_id=owner, lease_cutoff_ms=clock.ms()
-    )
+    assert recover(any_broker, EMAILS) == []
     assert state_of(any_broker, EMAILS, task_id) == "active"
+
+
+def test_a_late_result_never_overwrites_a_newer_run(any_broker: Broker, clock: FakeClock):
+    [task_id] = make_tasks(any_broker, TaskState.ACTIVE, EMAILS)  # run 1, by WORKER
+    clock.advance(LEASE_SECONDS + 1)
+    recover(any_broker, EMAILS)
+    assert claim_ids(any_broker, EMAILS, worker=OTHER_WORKER) == [task_id]  # run 2
+
+    assert any_broker.complete(EMAILS, [done(task_id, run="1")], worker_id=WORKER) == 0
+    assert not fail(any_broker, EMAILS, task_id, TaskState.ARCHIVED, run="1")
+    assert state_of(any_broker, EMAILS, task_id) == "active"
+    assert column(any_broker, EMAILS, "owner", task_id) == OTHER_WORKER
+    assert any_broker.complete(EMAILS, [done(task_id, run="2")], worker_id=OTHER_WORKER) == 1
+
+
+def test_a_result_kept_through_an_outage_is_applied_if_nobody_ran_the_task_since(
+    any_broker: Broker, clock: FakeClock
+):
+    [task_id] = make_tasks(any_broker, TaskState.ACTIVE, EMAILS)
+    clock.advance(LEASE_SECONDS + 1)
+    recover(any_broker, EMAILS)  # its lease ran out while the worker could not reach Redis
+    assert state_of(any_broker, EMAILS, task_id) == "pending"
+
+    assert any_broker.complete(EMAILS, [done(task_id, retention=60)], worker_id=WORKER) == 1
+    assert state_of(any_broker, EMAILS, task_id) == "completed"
+    assert ids_in(any_broker, EMAILS, TaskState.PENDING) == []
 
 
 def test_fail_only_goes_to_retry_or_archived(any_broker: Broker):
@@ -540,27 +573,28 @@ def test_extend_leases_extends_only_the_owners_tasks(any_broker: Broker, clock: 
     mine = make_tasks(any_broker, TaskState.ACTIVE, BILLING, count=2)
     [theirs] = enqueue(any_broker, BILLING)
     claim(any_broker, BILLING, worker=OTHER_WORKER)
+    clock.advance(10)
 
-    extended = any_broker.extend_leases(
-        BILLING, [*mine, theirs], worker_id=WORKER, lease_expiry_ms=clock.ms(300)
-    )
+    extended = any_broker.extend_leases(BILLING, [(mine[0], True), (mine[1], True), (theirs, True)], worker_id=WORKER)
 
     assert extended == 2
     leases = scores_in(any_broker, BILLING, TaskState.ACTIVE)
-    assert leases == {mine[0]: clock.ms(300), mine[1]: clock.ms(300), theirs: clock.ms(LEASE_SECONDS)}
+    assert leases == {mine[0]: clock.ms(LEASE_SECONDS), mine[1]: clock.ms(LEASE_SECONDS), theirs: clock.ms(LEASE_SECONDS - 10)}
 
 
-def test_expired_leases_lists_tasks_whose_lease_ended(any_broker: Broker, clock: FakeClock):
-    old = make_tasks(any_broker, TaskState.ACTIVE, BILLING, count=3)
-    clock.advance(10)
-    make_tasks(any_broker, TaskState.ACTIVE, BILLING)
-    clock.advance(LEASE_SECONDS)
+def test_prefetched_tasks_are_unstarted_until_their_start_is_reported(any_broker: Broker, clock: FakeClock):
+    ids = enqueue(any_broker, BILLING, 3)
+    any_broker.claim(BILLING, worker_id=WORKER, limit=3, start_now=1)
+    unstarted = any_broker.queue(BILLING).unstarted
+    assert any_broker.client.smembers(unstarted) == set(ids[1:])
 
-    expired = any_broker.expired_leases(BILLING, cutoff_ms=clock.ms())
-    assert sorted((task.id, owner) for task, owner in expired) == sorted((i, WORKER) for i in old)
-    assert {TaskMessage.from_json(task.raw_message).id for task, _ in expired} == set(old)
-    assert len(any_broker.expired_leases(BILLING, cutoff_ms=clock.ms(), limit=2)) == 2
-    assert any_broker.expired_leases(SEARCH, cutoff_ms=clock.ms()) == []
+    any_broker.extend_leases(BILLING, [(ids[1], True), (ids[2], False)], worker_id=WORKER)
+    assert any_broker.client.smembers(unstarted) == {ids[2]}
+    clock.advance(LEASE_SECONDS + 1)
+    assert sorted(recover(any_broker, BILLING)) == sorted(
+        [(ids[0], "recovered"), (ids[1], "recovered"), (ids[2], "requeued")]
+    )
+    assert any_broker.client.smembers(unstarted) == set()
 
 
 # Forwarding

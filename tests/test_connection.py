@@ -174,7 +174,7 @@ def use(settings, **rtq) -> Broker:
 def enqueue_and_claim(broker: Broker, queue: str = "default") -> None:
     message = TaskMessage(id=uuid.uuid4().hex, task="tests.noop", queue=queue, enqueued_at=time.time())
     broker.enqueue([message])
-    claimed = broker.claim(queue, worker_id="test-worker", lease_expiry_ms=broker.now_ms() + 30_000, limit=10)
+    claimed = broker.claim(queue, worker_id="test-worker", limit=10)
     assert [task.id for task in claimed] == [message.id]
     assert claimed[0].raw_message and TaskMessage.from_json(claimed[0].raw_message) == message
 

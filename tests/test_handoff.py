@@ -23,13 +23,7 @@ def listener(broker):
 
 
 def go_idle(broker, worker_id="w1"):
-    now = broker.now_ms()
-    assert (
-        broker.claim(
-            "default", worker_id=worker_id, lease_expiry_ms=now + 30_000, limit=5, idle_until_ms=now + 5_000
-        )
-        == []
-    )
+    assert broker.claim("default", worker_id=worker_id, limit=5, idle_for_ms=5_000) == []
 
 
 def test_a_short_claim_registers_the_worker_as_idle_and_a_full_one_does_not(broker):
@@ -38,13 +32,7 @@ def test_a_short_claim_registers_the_worker_as_idle_and_a_full_one_does_not(brok
     assert broker.client.zscore(idle, "w1") is not None
     tasks.record.enqueue("x")  # nobody listens on w1's channel: it stays pending
     assert broker.client.zscore(idle, "w1") is None
-    claimed = broker.claim(
-        "default",
-        worker_id="w1",
-        lease_expiry_ms=broker.now_ms() + 1000,
-        limit=1,
-        idle_until_ms=broker.now_ms() + 5000,
-    )
+    claimed = broker.claim("default", worker_id="w1", limit=1, idle_for_ms=5000)
     assert len(claimed) == 1 and broker.client.zscore(idle, "w1") is None
 
 
@@ -56,8 +44,9 @@ def test_an_idle_listening_worker_is_handed_the_task(broker, listener):
     assert broker.client.hget(qk.owner, message.id) == "w1"
     assert broker.client.zcard(qk.pending) == 0
     received = wait_for(lambda: listener.get_message(timeout=0.1))
-    task_id, _, body = received["data"].partition("\n")
-    assert task_id == message.id and json.loads(body)["id"] == message.id
+    task_id, run, body = received["data"].split("\n", 2)
+    assert task_id == message.id and run == "1" and json.loads(body)["id"] == message.id
+    assert broker.client.hget(qk.runs, message.id) == "1"  # its results are fenced like a claim's
     second = tasks.record.enqueue("queued")  # w1 is no longer idle: this one waits in pending
     assert broker.client.hget(qk.state, second.id) == TaskState.PENDING
 

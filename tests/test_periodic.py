@@ -294,9 +294,7 @@ def test_the_first_tick_arms_then_each_newer_tick_enqueues_once(any_broker):
 def test_a_tick_whose_task_finished_and_was_deleted_is_not_enqueued_again(any_broker):
     enqueue_tick(any_broker, 1000)
     assert enqueue_tick(any_broker, 2000) == "enqueued"
-    [claimed] = any_broker.claim(
-        "default", worker_id="w", lease_expiry_ms=any_broker.now_ms() + 30_000, limit=1
-    )
+    [claimed] = any_broker.claim("default", worker_id="w", limit=1)
     any_broker.complete("default", [done(claimed.id, retention=0)], worker_id="w")
     assert Inspector(any_broker).queue_stats("default").size == 0  # retention 0: gone
     assert enqueue_tick(any_broker, 2000) == "done"  # a late worker on the same tick
@@ -339,13 +337,7 @@ def test_a_tick_whose_task_is_still_live_is_recorded_and_skipped(any_broker):
 
 def test_a_periodic_task_due_on_an_idle_queue_is_handed_to_an_idle_worker(broker):
     queue = broker.queue("default")
-    broker.claim(
-        "default",
-        worker_id="idle-worker",
-        lease_expiry_ms=broker.now_ms() + 30_000,
-        limit=1,
-        idle_until_ms=broker.now_ms() + 30_000,
-    )
+    broker.claim("default", worker_id="idle-worker", limit=1, idle_for_ms=30_000)
     subscriber = broker.client.pubsub()
     subscriber.subscribe(queue.handoff_channel("idle-worker"))
     wait_for(lambda: subscriber.get_message(timeout=0.1))  # the subscription confirmation

@@ -32,7 +32,7 @@ from tests.test_broker import (
 SCRIPTS = load_scripts()
 #: "-- ARGV[4..] -> five per task: ..." gives the size of each task's group of arguments.
 _PER_TASK = re.compile(r"^-- ARGV\[\d+\.\.\] -> (\w+) per task", re.MULTILINE)
-_NUMBERS = {"two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
+_NUMBERS = {"two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7}
 
 
 @dataclass(frozen=True)
@@ -81,12 +81,12 @@ def exercise_every_operation(broker: Broker, clock: FakeClock) -> None:
     )
 
     locked, *plain = claim_ids(broker, EMAILS)
-    broker.extend_leases(EMAILS, plain, worker_id=WORKER, lease_expiry_ms=clock.ms(60))
+    broker.extend_leases(EMAILS, [(task_id, True) for task_id in plain], worker_id=WORKER)
     broker.complete(
         EMAILS, [done(locked, unique_key="emails-lock"), done(plain[0], retention=5)], worker_id=WORKER
     )
     fail(broker, EMAILS, plain[1], TaskState.RETRY, retry_at_ms=clock.ms(5))
-    fail(broker, EMAILS, plain[2], TaskState.ARCHIVED, lease_cutoff_ms=clock.ms(61))
+    fail(broker, EMAILS, plain[2], TaskState.ARCHIVED)
     broker.requeue(EMAILS, plain[3:], worker_id=WORKER)
 
     records = broker.take_finished(EMAILS, worker_id=WORKER, lock_ms=1000, limit=10)
@@ -94,7 +94,12 @@ def exercise_every_operation(broker: Broker, clock: FakeClock) -> None:
 
     [searching] = claim_ids(broker, SEARCH, limit=1)
     fail(broker, SEARCH, searching, TaskState.ARCHIVED, unique_key="search-lock")
+    claim_ids(broker, BILLING, limit=1, lease=1)  # its worker dies: the lock of a poison pill
     clock.advance(10)
+    broker.recover(BILLING, grace_ms=0, max_recoveries=0)
+    claim_ids(broker, EMAILS, limit=10, lease=1)
+    clock.advance(10)
+    broker.recover(EMAILS, grace_ms=0, max_recoveries=5)
     broker.forward(EMAILS)
     broker.forward(BILLING)
 
@@ -125,6 +130,7 @@ def exercise_workflows(broker: Broker, clock: FakeClock) -> None:
     )
     workflow.child_outcome(broker, BILLING, "wf-1", cmd_id="child:a", position=0, ok=True, payload_json="1")
     workflow.cancel_workflow(broker, BILLING, "wf-2", error_type="Cancelled", message="cancelled")
+    workflow.start_postponed(broker, BILLING, "wf-2", cmd_id="start:wf-2")  # cancelled: not started
     workflow.commands_done(broker, BILLING, workflow.take_commands(broker, BILLING))
     clock.advance(3600)
     broker.trim(EMAILS, archive_max_age_ms=1000, archive_max_size=10)
@@ -175,7 +181,15 @@ def test_every_call_touches_one_cluster_slot(recorded: list[Call]):
 def test_some_calls_carry_uniqueness_locks(recorded: list[Call]):
     """The scenario above does reach the scripts' variadic lock keys."""
     with_locks = {call.script.name for call in recorded if any(":unique:" in key for key in call.keys)}
-    assert with_locks == {"enqueue", "enqueue_periodic", "complete", "fail", "archive_tasks", "delete_tasks"}
+    assert with_locks == {
+        "enqueue",
+        "enqueue_periodic",
+        "complete",
+        "fail",
+        "recover",
+        "archive_tasks",
+        "delete_tasks",
+    }
 
 
 def test_a_script_over_two_queues_fails_with_crossslot(redis_cluster: Cluster, cluster_broker: Broker):

@@ -194,7 +194,6 @@ def test_weighted_order_favours_heavier_queues(broker):
         worker_id="w",
         queues={"a": 6, "b": 3, "c": 1},
         concurrency=1,
-        lease_seconds=30,
         syncer=None,
     )
     firsts = [processor.queue_order()[0] for _ in range(5000)]
@@ -303,15 +302,96 @@ def test_the_syncer_retries_a_completion_redis_did_not_take(broker, inspector):
     assert inspector.queue_stats("default").processed_today == 1
 
 
-def test_the_recoverer_retries_a_task_whose_worker_stopped_renewing(broker, inspector):
+def expire_leases(broker, queue="default"):
+    """Make every lease of a queue expire a minute ago, as if its worker had died then."""
+    qk = broker.queue(queue)
+    past = broker.server_now_ms() - 60_000
+    broker.client.zadd(qk.active, dict.fromkeys(broker.client.zrange(qk.active, 0, -1), past))
+
+
+def recoverer(broker, max_recoveries=5):
+    from django_rtq.worker.recoverer import Recoverer
+
+    return Recoverer(
+        broker=broker, queues=["default"], interval=1, grace=0, max_recoveries=max_recoveries, settle_seconds=0
+    )
+
+
+def test_a_dead_workers_started_task_goes_back_to_pending_without_an_attempt_charged(broker, inspector):
     message = tasks.add.enqueue(1, 1)
-    broker.claim("default", worker_id="dead-worker", lease_expiry_ms=broker.now_ms() - 1000, limit=10)
-    worker = Worker(broker=broker, queues={"default": 1})
-    worker.recoverer.run_once()
-    retrying = inspector.get_task(message.id)
-    assert retrying.state == TaskState.RETRY and retrying.retried == 1
-    assert retrying.info["error_type"] == "django_rtq.exceptions.LeaseExpired"
-    assert "dead-worker" in retrying.last_error
+    broker.claim("default", worker_id="dead-worker", limit=10)
+    expire_leases(broker)
+    assert recoverer(broker).run_once() == 1
+    back = inspector.get_task(message.id)
+    assert back.state == TaskState.PENDING and back.retried == 0
+    assert back.info["recovered"] == 1 and "requeued" not in back.info
+
+
+def test_a_task_that_never_started_goes_back_uncounted(broker, inspector):
+    message = tasks.add.enqueue(1, 1)
+    broker.claim("default", worker_id="dead-worker", limit=10, start_now=0)  # prefetched only
+    expire_leases(broker)
+    recoverer(broker).run_once()
+    back = inspector.get_task(message.id)
+    assert back.state == TaskState.PENDING and back.retried == 0
+    assert "recovered" not in back.info and back.info["requeued"] == 1
+
+
+def test_a_reported_start_makes_a_prefetched_task_count_as_started(broker, inspector):
+    message = tasks.add.enqueue(1, 1)
+    [claimed] = broker.claim("default", worker_id="dead-worker", limit=10, start_now=0)
+    broker.extend_leases("default", [(claimed.id, True)], worker_id="dead-worker")
+    expire_leases(broker)
+    recoverer(broker).run_once()
+    assert inspector.get_task(message.id).info["recovered"] == 1
+
+
+def test_a_task_that_keeps_killing_its_workers_is_archived_as_a_poison_pill(broker, inspector):
+    message = tasks.add.enqueue(1, 1)
+    for _ in range(3):
+        broker.claim("default", worker_id="dead-worker", limit=10)
+        expire_leases(broker)
+        recoverer(broker, max_recoveries=2).run_once()
+    archived = inspector.get_task(message.id)
+    assert archived.state == TaskState.ARCHIVED
+    assert archived.info["error_type"] == "django_rtq.exceptions.WorkerLost"
+    assert "3 times" in archived.last_error and "dead-worker" in archived.last_error
+
+
+def test_a_valid_lease_is_left_alone(broker, inspector):
+    message = tasks.add.enqueue(1, 1)
+    broker.claim("default", worker_id="live-worker", limit=10)
+    assert recoverer(broker).run_once() == 0
+    assert inspector.get_task(message.id).state == TaskState.ACTIVE
+
+
+def test_corrupt_info_does_not_keep_a_task_from_being_recovered(broker, inspector):
+    message = tasks.add.enqueue(1, 1)
+    broker.claim("default", worker_id="dead-worker", limit=10)
+    broker.client.hset(broker.queue("default").info, message.id, "{not json")
+    expire_leases(broker)
+    recoverer(broker).run_once()
+    back = inspector.get_task(message.id)
+    assert back.state == TaskState.PENDING and back.info["recovered"] == 1
+
+
+def test_the_recoverer_waits_for_live_workers_to_renew_after_an_outage(broker, inspector, monkeypatch):
+    from django_rtq.exceptions import BrokerUnavailable
+    from django_rtq.worker.recoverer import Recoverer
+
+    message = tasks.add.enqueue(1, 1)
+    broker.claim("default", worker_id="cut-off-worker", limit=10)
+    expire_leases(broker)
+    patient = Recoverer(
+        broker=broker, queues=["default"], interval=1, grace=0, max_recoveries=5, settle_seconds=30
+    )
+    assert patient.run_once() == 0  # it has not been in touch with Redis for 30 s yet
+    assert inspector.get_task(message.id).state == TaskState.ACTIVE
+    monkeypatch.setattr(broker, "ping", lambda: (_ for _ in ()).throw(BrokerUnavailable("down")))
+    patient._in_contact_since = None  # an outage resets the wait
+    with pytest.raises(BrokerUnavailable):
+        patient.run_once()
+    assert patient._in_contact_since is None
 
 
 @pytest.mark.django_db(transaction=True)

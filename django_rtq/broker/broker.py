@@ -19,7 +19,7 @@ import redis.cluster
 
 from ..exceptions import BrokerUnavailable, DuplicateTask, TaskIdConflict
 from .keys import Keyspace, QueueKeys
-from .message import TaskMessage
+from .message import TaskMessage, parse_info
 from .scripts import LuaScript, load_scripts
 from .states import TaskState
 
@@ -32,7 +32,23 @@ BATCH_LIMIT = 100
 #: Seconds a per-day counter is kept.
 DEFAULT_COUNTER_TTL_SECONDS = 90 * 24 * 3600
 #: Seconds a worker's lease on a task lasts unless its heartbeater extends it.
-DEFAULT_LEASE_SECONDS = 30.0
+DEFAULT_LEASE_SECONDS = 5.0
+#: Times a task whose handler had started may be taken back from a dead worker before it is
+#: archived as a poison pill.
+DEFAULT_MAX_RECOVERIES = 5
+#: Errors Redis answers while it cannot take writes for a while (loading, a failover, out of
+#: memory, no quorum of replicas): the write is retried later, as on a lost connection.
+TRANSIENT_REPLIES = (
+    "LOADING",
+    "READONLY",
+    "MASTERDOWN",
+    "TRYAGAIN",
+    "CLUSTERDOWN",
+    "OOM",
+    "NOREPLICAS",
+    "MISCONF",
+    "BUSY ",
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,6 +59,7 @@ class ClaimedTask:
     queue: str
     raw_message: str | None  # None when the task's message is missing (a corrupt task)
     info: dict[str, Any] = field(default_factory=dict)
+    run: str = ""  # the claim's number: the fencing token its results are settled with
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,6 +67,7 @@ class Completion:
     """A successful attempt to settle."""
 
     id: str
+    run: str
     info: dict[str, Any]
     result_json: str
     retention_ms: int
@@ -73,18 +91,25 @@ def _day_name(day_number: int) -> str:
 
 @contextmanager
 def translate_errors() -> Iterator[None]:
-    """Turn redis-py's connection errors into BrokerUnavailable."""
+    """Turn redis-py's errors that pass by themselves (a lost connection, a failover, a server
+    loading or out of memory) into BrokerUnavailable; others (a script's error) stay as they are."""
     try:
         yield
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
+    except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ClusterError) as exc:
         raise BrokerUnavailable(f"Redis is unreachable: {exc}") from exc
+    except redis.ResponseError as exc:
+        if str(exc).startswith(TRANSIENT_REPLIES) or isinstance(exc, redis.exceptions.ClusterDownError):
+            raise BrokerUnavailable(f"Redis cannot take the command now: {exc}") from exc
+        raise
 
 
 class Broker:
     """Atomic operations on the task states in Redis. Knows nothing of Django.
 
     `client` is a redis-py `Redis` or `RedisCluster` with `decode_responses=True`.
-    `clock` returns the current epoch time in seconds; tests inject their own.
+    `clock` returns the current epoch time in seconds; tests inject their own. Without one,
+    leases are reckoned on the Redis server's clock, so hosts whose clocks disagree still agree
+    on when a lease expires.
     """
 
     def __init__(
@@ -92,7 +117,7 @@ class Broker:
         client: Any,
         *,
         prefix: str = "rtq",
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
         counter_ttl: int = DEFAULT_COUNTER_TTL_SECONDS,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         mirror: bool = False,
@@ -104,15 +129,28 @@ class Broker:
         # got the message. On a cluster it counts one node's while every node delivers it, so
         # there idle workers are only woken, and claim.
         self.hands_off = not isinstance(client, redis.cluster.RedisCluster)
-        self.lease_ms = int(lease_seconds * 1000)  # of a task enqueue hands to an idle worker
+        self.lease_ms = int(lease_seconds * 1000)
         self.keys = Keyspace(prefix)
-        self.clock = clock
+        self.clock = clock or time.time
+        self.server_clock = clock is None
         self.counter_ttl = int(counter_ttl)
         self.scripts = load_scripts()
         self._known_queues: set[str] = set()
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
+
+    def clock_arg(self) -> int:
+        """The `now` argument of a script that reckons leases: 0 for the server's clock."""
+        return 0 if self.server_clock else self.now_ms()
+
+    def server_now_ms(self) -> int:
+        """The time (ms) leases are reckoned in: the Redis server's clock, or the injected one."""
+        if not self.server_clock:
+            return self.now_ms()
+        with translate_errors():
+            seconds, microseconds = self.client.time()
+        return int(seconds) * 1000 + int(microseconds) // 1000
 
     # Running scripts
 
@@ -157,7 +195,6 @@ class Broker:
         held. Each chunk of ENQUEUE_CHUNK tasks of a queue is all or nothing: the chunk holding
         that task is not written, the others are.
         """
-        now_ms = self.now_ms()
         by_queue: dict[str, list[TaskMessage]] = defaultdict(list)
         for message in messages:
             by_queue[message.queue].append(message)
@@ -178,8 +215,9 @@ class Broker:
                     qk.owner,
                     qk.idle,
                     qk.paused,
+                    qk.runs,
                 ]
-                args: list[Any] = [now_ms, qk.wake_channel, qk.handoff_prefix, self.lease_ms]
+                args: list[Any] = [self.clock_arg(), qk.wake_channel, qk.handoff_prefix, self.lease_ms]
                 for message in chunk:
                     unique_index = 0
                     if message.unique_key:
@@ -232,11 +270,12 @@ class Broker:
             qk.idle,
             qk.paused,
             qk.periodic,
+            qk.runs,
         ]
         if message.unique_key:
             keys.append(qk.unique(message.unique_key))
         unique_ttl_ms = int((message.unique_ttl or 0) * 1000)
-        args = [self.now_ms(), qk.wake_channel, qk.handoff_prefix, self.lease_ms]
+        args = [self.clock_arg(), qk.wake_channel, qk.handoff_prefix, self.lease_ms]
         args += [schedule, tick_ms, message.id, message.to_json(), message.priority, unique_ttl_ms]
         code = self.run_script("enqueue_periodic", keys, args)
         if code == 1:
@@ -262,31 +301,60 @@ class Broker:
     # Claiming and settling (the processor's hot path)
 
     def claim(
-        self, queue: str, *, worker_id: str, lease_expiry_ms: int, limit: int, idle_until_ms: int = 0
+        self, queue: str, *, worker_id: str, limit: int, start_now: int | None = None, idle_for_ms: int = 0
     ) -> list[ClaimedTask]:
         """Claim up to `limit` pending tasks of a queue under a lease held by `worker_id`.
 
-        With `idle_until_ms`, a worker that gets fewer than `limit` is registered as idle
-        until then: the next task enqueued to the empty queue is handed to it directly.
+        The first `start_now` (all by default) start at once; the others are marked unstarted
+        until `extend_leases` reports their start. With `idle_for_ms`, a worker that gets fewer
+        than `limit` is registered as idle that long: the next task enqueued to the empty queue
+        is handed to it directly.
         """
         qk = self.queue(queue)
         reply = self.run_script(
             "claim",
-            [qk.pending, qk.active, qk.state, qk.owner, qk.msg, qk.info, qk.paused, qk.idle],
-            [lease_expiry_ms, worker_id, limit, idle_until_ms],
+            [
+                qk.pending,
+                qk.active,
+                qk.state,
+                qk.owner,
+                qk.msg,
+                qk.info,
+                qk.paused,
+                qk.idle,
+                qk.runs,
+                qk.unstarted,
+            ],
+            [
+                self.clock_arg(),
+                self.lease_ms,
+                worker_id,
+                limit,
+                limit if start_now is None else start_now,
+                idle_for_ms,
+            ],
         )
-        return [
-            ClaimedTask(
-                id=reply[i],
-                queue=queue,
-                raw_message=reply[i + 1] or None,
-                info=json.loads(reply[i + 2]) if reply[i + 2] else {},
+        claimed = []
+        for i in range(0, len(reply), 4):
+            task_id = reply[i]
+            info, problem = parse_info(reply[i + 2])
+            if problem:
+                logger.warning(
+                    "task %r of queue %r: its info is %s; starting from empty info", task_id, queue, problem
+                )
+            claimed.append(
+                ClaimedTask(
+                    id=task_id,
+                    queue=queue,
+                    raw_message=reply[i + 1] or None,
+                    info=info,
+                    run=str(reply[i + 3]),
+                )
             )
-            for i in range(0, len(reply), 3)
-        ]
+        return claimed
 
     def leave_idle(self, queues: Iterable[str], *, worker_id: str) -> None:
-        """Stop being handed tasks in these queues (a worker shutting down)."""
+        """Stop being handed tasks in these queues (a worker shutting down, or full)."""
         with translate_errors():
             pipe = self.client.pipeline(transaction=False)
             for queue in queues:
@@ -294,7 +362,8 @@ class Broker:
             pipe.execute()
 
     def complete(self, queue: str, completions: Sequence[Completion], *, worker_id: str) -> int:
-        """Settle successful attempts; return how many this worker still held."""
+        """Settle successful attempts; return how many were settled (the others came late:
+        a newer run of the task has started, or it is gone)."""
         now_ms = self.now_ms()
         qk = self.queue(queue)
         keys = [
@@ -311,6 +380,10 @@ class Broker:
             qk.progress,
             qk.commands,
             qk.command,
+            qk.runs,
+            qk.unstarted,
+            qk.pending,
+            qk.retry,
         ]
         args: list[Any] = [now_ms, worker_id, self.counter_ttl, int(self.mirror)]
         for done in completions:
@@ -322,7 +395,7 @@ class Broker:
                 info = f"{done.times[0]!r},{done.times[1]!r}"
             else:
                 info = _dumps(done.info)
-            args += [done.id, info, done.result_json, done.retention_ms, unique_index, done.notify]
+            args += [done.id, done.run, info, done.result_json, done.retention_ms, unique_index, done.notify]
         return self.run_script("complete", keys, args)
 
     def fail(
@@ -331,17 +404,14 @@ class Broker:
         task_id: str,
         *,
         worker_id: str,
+        run: str,
         to: TaskState,
         retry_at_ms: int = 0,
         info: dict[str, Any],
         unique_key: str | None = None,
-        lease_cutoff_ms: int = 0,
     ) -> bool:
-        """Move a failed active task to retry (at `retry_at_ms`) or archived.
-
-        Return False when `worker_id` does not hold the task, or (with `lease_cutoff_ms`, as
-        the recoverer calls it) when its lease did not expire before the cutoff.
-        """
+        """Move a failed task to retry (at `retry_at_ms`) or archived; return False when the
+        result came late (a newer run of the task has started, or it is gone)."""
         if to not in (TaskState.RETRY, TaskState.ARCHIVED):
             raise ValueError(f"A failed task goes to retry or archived, not {to}.")
         now_ms = self.now_ms()
@@ -361,20 +431,14 @@ class Broker:
             qk.progress,
             qk.commands,
             qk.command,
+            qk.runs,
+            qk.unstarted,
+            qk.pending,
         ]
         if unique_key:
             keys.append(qk.unique(unique_key))
         score = retry_at_ms if to == TaskState.RETRY else now_ms
-        args = [
-            task_id,
-            worker_id,
-            lease_cutoff_ms,
-            str(to),
-            score,
-            _dumps(info),
-            self.counter_ttl,
-            int(self.mirror),
-        ]
+        args = [task_id, worker_id, run, str(to), score, _dumps(info), self.counter_ttl, int(self.mirror)]
         return self.run_script("fail", keys, args) == 1
 
     def requeue(self, queue: str, task_ids: Sequence[str], *, worker_id: str) -> int:
@@ -384,17 +448,20 @@ class Broker:
         qk = self.queue(queue)
         return self.run_script(
             "requeue",
-            [qk.active, qk.owner, qk.state, qk.priority, qk.pending, qk.seq],
+            [qk.active, qk.owner, qk.state, qk.priority, qk.pending, qk.seq, qk.unstarted],
             [worker_id, qk.wake_channel, *task_ids],
         )
 
-    def extend_leases(
-        self, queue: str, task_ids: Sequence[str], *, worker_id: str, lease_expiry_ms: int
-    ) -> int:
-        if not task_ids:
+    def extend_leases(self, queue: str, tasks: Sequence[tuple[str, bool]], *, worker_id: str) -> int:
+        """Renew the worker's leases on (task id, started) pairs for another `lease_ms`, and
+        record the start of those that have started; return how many it still held."""
+        if not tasks:
             return 0
         qk = self.queue(queue)
-        return self.run_script("extend_lease", [qk.active, qk.owner], [lease_expiry_ms, worker_id, *task_ids])
+        args: list[Any] = [self.clock_arg(), self.lease_ms, worker_id]
+        for task_id, started in tasks:
+            args += [task_id, int(started)]
+        return self.run_script("extend_lease", [qk.active, qk.owner, qk.unstarted], args)
 
     # Housekeeping (forwarder, recoverer, janitor)
 
@@ -414,27 +481,45 @@ class Broker:
                     break
         return moved
 
-    def expired_leases(
-        self, queue: str, *, cutoff_ms: int, limit: int = BATCH_LIMIT
-    ) -> list[tuple[ClaimedTask, str | None]]:
-        """Return active tasks whose lease expired before `cutoff_ms`, with their owners."""
+    def recover(
+        self, queue: str, *, grace_ms: int, max_recoveries: int, limit: int = BATCH_LIMIT
+    ) -> list[tuple[str, str]]:
+        """Take back up to `limit` tasks whose lease expired more than `grace_ms` ago; return
+        (id, outcome) pairs, outcome being "requeued", "recovered" or "archived" (recover.lua)."""
         qk = self.queue(queue)
+        cutoff_ms = self.server_now_ms() - grace_ms
         with translate_errors():
             ids = self.client.zrange(qk.active, "-inf", f"({cutoff_ms}", byscore=True, offset=0, num=limit)
             if not ids:
                 return []
-            pipe = self.client.pipeline(transaction=False)
-            pipe.hmget(qk.msg, ids)
-            pipe.hmget(qk.info, ids)
-            pipe.hmget(qk.owner, ids)
-            messages, infos, owners = pipe.execute()
-        return [
-            (
-                ClaimedTask(id=task_id, queue=queue, raw_message=raw, info=json.loads(info) if info else {}),
-                owner,
-            )
-            for task_id, raw, info, owner in zip(ids, messages, infos, owners, strict=True)
+            messages = self.client.hmget(qk.msg, ids)
+        keys = [
+            qk.active,
+            qk.owner,
+            qk.state,
+            qk.info,
+            qk.msg,
+            qk.pending,
+            qk.seq,
+            qk.priority,
+            qk.runs,
+            qk.unstarted,
+            qk.archived,
+            qk.finished,
+            qk.progress,
+            qk.commands,
+            qk.command,
         ]
+        args: list[Any] = [self.clock_arg(), grace_ms, max_recoveries, int(self.mirror), qk.wake_channel]
+        for task_id, raw in zip(ids, messages, strict=True):
+            unique_index = 0
+            unique_key = _unique_key_of(raw)
+            if unique_key:
+                keys.append(qk.unique(unique_key))
+                unique_index = len(keys)
+            args += [task_id, unique_index]
+        reply = self.run_script("recover", keys, args)
+        return [(reply[i], reply[i + 1]) for i in range(0, len(reply), 2)]
 
     def trim(
         self,
@@ -451,7 +536,17 @@ class Broker:
             now_ms = self.now_ms()
             count = self.run_script(
                 "trim",
-                [qk.completed, qk.archived, qk.msg, qk.state, qk.info, qk.result, qk.priority],
+                [
+                    qk.completed,
+                    qk.archived,
+                    qk.msg,
+                    qk.state,
+                    qk.info,
+                    qk.result,
+                    qk.priority,
+                    qk.progress,
+                    qk.runs,
+                ],
                 [now_ms, now_ms - archive_max_age_ms, archive_max_size, limit],
             )
             deleted += count
@@ -566,6 +661,15 @@ class Broker:
 
 def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
+
+
+def _unique_key_of(raw_message: str | None) -> str | None:
+    """The uniqueness key of a stored message, or None (also for a message that is corrupt)."""
+    try:
+        key = json.loads(raw_message).get("unique_key") if raw_message else None
+    except (ValueError, AttributeError):
+        return None
+    return key if isinstance(key, str) else None
 
 
 __all__ = ["Broker", "ClaimedTask", "Completion", "LuaScript", "utc_day"]

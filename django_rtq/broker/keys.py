@@ -69,6 +69,14 @@ class QueueKeys:
     def priority(self) -> str:  # HASH id -> priority, only where it is not 0
         return self.prefix + "priority"
 
+    @property
+    def runs(self) -> str:  # HASH id -> number of the latest claim: the fencing token of a run
+        return self.prefix + "runs"
+
+    @property
+    def unstarted(self) -> str:  # SET ids claimed into a worker's memory whose handler has not started
+        return self.prefix + "unstarted"
+
     # Queue-wide
     @property
     def seq(self) -> str:  # STRING counter giving pending tasks their FIFO order
@@ -133,7 +141,16 @@ class QueueKeys:
 
     @property
     def columns(self) -> tuple[str, ...]:
-        return (self.msg, self.state, self.info, self.result, self.owner, self.priority, self.progress)
+        return (
+            self.msg,
+            self.state,
+            self.info,
+            self.result,
+            self.owner,
+            self.priority,
+            self.progress,
+            self.runs,
+        )
 
     def unique(self, unique_key: str) -> str:  # STRING -> id of the task holding the lock
         return f"{self.prefix}unique:{unique_key}"

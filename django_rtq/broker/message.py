@@ -38,18 +38,90 @@ class TaskMessage:
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> TaskMessage:
-        """Parse a stored message; raise ValueError if it is not one."""
+        """Parse a stored message; raise ValueError if it is not one, or a field has a wrong type."""
         data = json.loads(raw)
         if not isinstance(data, dict):
             raise ValueError("task message is not a JSON object")
         try:
-            return cls(**data)
+            message = cls(**data)
         except TypeError as exc:
             raise ValueError(f"task message has unexpected fields: {exc}") from None
+        for name, expected in _FIELD_TYPES.items():
+            value = getattr(message, name)
+            if not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected):
+                raise ValueError(
+                    f"task message field {name!r} is {value!r}, not of type {_type_names(expected)}"
+                )
+        return message
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(TaskMessage))
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+_NUMBER = (int, float)
+_OPTIONAL_NUMBER = (int, float, type(None))
+_OPTIONAL_STR = (str, type(None))
+#: The type(s) each message field must have; a message read from Redis is checked against it.
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "id": (str,),
+    "task": (str,),
+    "queue": (str,),
+    "args": (list,),
+    "kwargs": (dict,),
+    "priority": (int,),
+    "max_retries": (int,),
+    "timeout": _OPTIONAL_NUMBER,
+    "deadline": _OPTIONAL_NUMBER,
+    "retention": _NUMBER,
+    "unique_key": _OPTIONAL_STR,
+    "unique_ttl": _OPTIONAL_NUMBER,
+    "enqueued_at": _NUMBER,
+    "process_at": _OPTIONAL_NUMBER,
+    "parent": _OPTIONAL_STR,
+    "parent_queue": _OPTIONAL_STR,
+    "position": (int, str, type(None)),
+}
+
+
+def _type_names(types: tuple[type, ...]) -> str:
+    return " or ".join("null" if t is type(None) else t.__name__ for t in types)
+
+
+#: The attempt facts (a task's info) whose types the worker relies on.
+_INFO_TYPES: dict[str, tuple[type, ...]] = {
+    "retried": (int,),
+    "recovered": (int,),
+    "requeued": (int,),
+    "errors": (list,),
+    "workers": (list,),
+    "started_at": _OPTIONAL_NUMBER,
+    "attempted_at": _OPTIONAL_NUMBER,
+    "worker": _OPTIONAL_STR,
+}
+
+
+def parse_info(raw: str | None) -> tuple[dict[str, Any], str | None]:
+    """Read a task's stored info (attempt facts). Never raises: return the info, with the
+    facts of a wrong type left out, and what was wrong with it (None if nothing was)."""
+    if not raw:
+        return {}, None
+    try:
+        info = json.loads(raw)
+    except ValueError:
+        return {}, f"not JSON: {raw[:80]!r}"
+    if not isinstance(info, dict):
+        return {}, f"not a JSON object: {raw[:80]!r}"
+    wrong = [
+        name
+        for name, types in _INFO_TYPES.items()
+        if name in info and (not isinstance(info[name], types) or isinstance(info[name], bool))
+    ]
+    if isinstance(info.get("errors"), list) and not all(isinstance(e, dict) for e in info["errors"]):
+        wrong.append("errors")
+    if not wrong:
+        return info, None
+    for name in wrong:
+        info.pop(name, None)
+    return info, f"of the wrong type in {', '.join(sorted(set(wrong)))}"
 
 
 def child_notice(message: TaskMessage) -> str:

@@ -7,12 +7,15 @@ import threading
 
 from ..exceptions import BrokerUnavailable
 
+#: Longest wait (seconds) between passes of a component whose passes keep failing.
+MAX_BACKOFF = 5.0
+
 
 class Component:
     """Runs `run_once()` now and then every `interval` seconds, in a daemon thread, until stopped.
 
-    A pass that fails is logged and the next one runs on time: one bad pass must not stop
-    the worker.
+    A pass that fails is logged and the next one runs later, backing off while passes keep
+    failing (up to MAX_BACKOFF seconds): one bad pass must not stop the worker, nor flood its log.
     """
 
     name = "component"
@@ -37,13 +40,27 @@ class Component:
             self._thread.join(timeout)
             self._thread = None
 
+    def is_alive(self) -> bool:
+        """Whether the component's thread runs (or it was never started, or was stopped)."""
+        return self._thread is None or self._thread.is_alive()
+
     def _loop(self) -> None:
+        failures = 0
         while True:
             try:
                 self.run_once()
+                failures = 0
             except BrokerUnavailable as exc:
-                self.logger.warning("%s pass skipped: %s", self.name, exc)
+                failures += 1
+                if failures == 1 or failures % 30 == 0:
+                    self.logger.warning("%s pass skipped: %s", self.name, exc)
             except Exception:
+                failures += 1
                 self.logger.exception("%s pass failed", self.name)
-            if self._stop.wait(self.interval):
+            wait = (
+                self.interval
+                if failures < 2
+                else min(MAX_BACKOFF, max(self.interval, 0.5) * 2 ** (failures - 1))
+            )
+            if self._stop.wait(wait if failures else self.interval):
                 return

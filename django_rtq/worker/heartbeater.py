@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Protocol
 
 from ..broker import Broker
@@ -9,40 +10,30 @@ from .component import Component
 
 
 class LeaseHolder(Protocol):
-    def owned_by_queue(self) -> dict[str, list[str]]: ...
-    def lease_extended(self, expiry: float) -> None: ...
+    def owned_by_queue(self) -> dict[str, list[tuple[str, bool]]]: ...
+    def lease_extended(self, sent_at: float) -> None: ...
     def describe(self) -> dict: ...
 
 
 class Heartbeater(Component):
-    """The heartbeater writes the worker's info (host, pid, queues, in-flight tasks) with a TTL
-    and extends the lease of every task the processor holds, claimed or running."""
+    """The heartbeater extends the lease of every task the processor holds, claimed or running
+    (recording the start of those that started since), and writes the worker's info (host,
+    pid, queues, in-flight tasks) with a TTL."""
 
     name = "heartbeater"
 
-    def __init__(
-        self,
-        *,
-        broker: Broker,
-        worker_id: str,
-        processor: LeaseHolder,
-        interval: float,
-        lease_seconds: float,
-    ) -> None:
+    def __init__(self, *, broker: Broker, worker_id: str, processor: LeaseHolder, interval: float) -> None:
         super().__init__(interval=interval)
         self.broker = broker
         self.worker_id = worker_id
         self.processor = processor
-        self.lease_seconds = lease_seconds
 
     def run_once(self) -> int:
-        expiry = self.broker.clock() + self.lease_seconds
+        sent_at = time.monotonic()
         extended = 0
-        for queue, task_ids in self.processor.owned_by_queue().items():
-            extended += self.broker.extend_leases(
-                queue, task_ids, worker_id=self.worker_id, lease_expiry_ms=int(expiry * 1000)
-            )
-        self.processor.lease_extended(expiry)
+        for queue, tasks in self.processor.owned_by_queue().items():
+            extended += self.broker.extend_leases(queue, tasks, worker_id=self.worker_id)
+        self.processor.lease_extended(sent_at)
         # A worker that missed three beats is taken for dead in the registry (its tasks' leases
         # run on their own clock).
         self.broker.write_worker(self.worker_id, self.processor.describe(), ttl_seconds=3 * self.interval)

@@ -21,7 +21,8 @@ class JobState(enum.Enum):
     RUNNING = "running"
     CANCELLED = "cancelled"  # cancellation asked for before it started
     DONE = "done"  # handler returned; outcome waits to be settled
-    ABANDONED = "abandoned"  # timed out, cancelled while running, or given back at shutdown
+    ABANDONED = "abandoned"  # timed out, cancelled while running, or given back unstarted
+    STOPPED = "stopped"  # its handler was stopped (shutdown, lost lease); nothing to settle
 
 
 @dataclass(eq=False, slots=True, kw_only=True)
@@ -39,6 +40,7 @@ class Job:
     loop: asyncio.AbstractEventLoop | None = None
     async_task: asyncio.Task | None = None
     interrupt_error: BaseException | None = None
+    settle: bool = True  # False once the task is no longer this worker's to settle
 
     @property
     def id(self) -> str:

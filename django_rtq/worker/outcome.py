@@ -7,10 +7,13 @@ import traceback as tb
 from dataclasses import dataclass
 from typing import Any
 
+from django.dispatch import Signal
+
 from .. import signals
 from ..broker import Broker, ClaimedTask, TaskMessage, TaskState
 from ..exceptions import DeadlineExceeded, NonRetryableError, TaskCancelled
 from ..registry import get_task_type
+from ..retry import exponential_backoff
 
 logger = logging.getLogger(__name__)
 
@@ -51,10 +54,30 @@ def attempt_info(info: dict[str, Any], worker_id: str, started_at: float | None)
     }
 
 
-def settle_failure(
-    broker: Broker, failure: Failure, *, worker_id: str, lease_cutoff_ms: int = 0
-) -> TaskState | None:
-    """Send the task to retry or archived; return where it went, None if it was not ours to move."""
+def send_robust(signal: Signal, sender: Any, **kwargs: Any) -> None:
+    """Send a signal; a receiver that raises is logged, and neither stops the others nor the task."""
+    if not signal.receivers:
+        return
+    for receiver, response in signal.send_robust(sender, **kwargs):
+        if isinstance(response, Exception):
+            logger.error("a receiver of a django-rtq signal (%r) raised", receiver, exc_info=response)
+
+
+def retry_delay(message: TaskMessage, retried: int, exc: BaseException) -> float:
+    """Seconds until the next attempt, from the task type's backoff; the default one if that
+    fails (a backoff that raises must not keep a task from being settled)."""
+    task_type = get_task_type(message.task)
+    if task_type is None:
+        return 0.0
+    try:
+        return max(0.0, float(task_type.retry_backoff(retried, exc)))
+    except Exception:
+        logger.exception("the retry backoff of %s failed; using the default one", message.task)
+        return exponential_backoff(retried, exc)
+
+
+def settle_failure(broker: Broker, failure: Failure, *, worker_id: str) -> TaskState | None:
+    """Send the task to retry or archived; return where it went, None if the result came late."""
     claimed, message, exc = failure.claimed, failure.message, failure.error
     now = broker.clock()
     retried = int(claimed.info.get("retried", 0))
@@ -75,22 +98,25 @@ def settle_failure(
     )
     retry_at_ms = 0
     if retryable:
-        task_type = get_task_type(message.task)
-        delay = task_type.retry_backoff(retried, exc) if task_type else 0.0
-        retry_at_ms = int((now + max(0.0, delay)) * 1000)
+        retry_at_ms = int((now + retry_delay(message, retried, exc)) * 1000)
         info["retried"] = retried + 1
     target = TaskState.RETRY if retryable else TaskState.ARCHIVED
     moved = broker.fail(
         claimed.queue,
         claimed.id,
         worker_id=worker_id,
+        run=claimed.run,
         to=target,
         retry_at_ms=retry_at_ms,
         info=info,
         unique_key=message.unique_key if message else None,
-        lease_cutoff_ms=lease_cutoff_ms,
     )
     if not moved:
+        logger.warning(
+            "the failure of task %r of queue %r came late (a newer run had started, or it was gone)",
+            claimed.id,
+            claimed.queue,
+        )
         return None
     _send_failure_signal(message, exc, retry_at_ms / 1000 if retryable else None)
     name = message.task if message else "?"
@@ -124,4 +150,4 @@ def _send_failure_signal(message: TaskMessage | None, error: BaseException, retr
         return
     sender = get_task_type(message.task) if message else None
     extra = {"retry_at": retry_at} if retry_at is not None else {}
-    signal.send(sender, message=message, error=error, **extra)
+    send_robust(signal, sender, message=message, error=error, **extra)

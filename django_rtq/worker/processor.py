@@ -26,13 +26,15 @@ from ..context import TaskContext, set_current_task
 from ..exceptions import (
     BrokerUnavailable,
     DeadlineExceeded,
+    LeaseLost,
     NonRetryableError,
     TaskCancelled,
     TaskTimeout,
+    WorkerShutdown,
 )
 from ..registry import find_task_type
 from .job import Job, JobState, Outcome, Unrunnable, raise_in_thread
-from .outcome import Failure, attempt_info, format_traceback, settle_failure
+from .outcome import Failure, attempt_info, format_traceback, send_robust, settle_failure
 from .subscriber import POLL_SECONDS, Subscriber
 from .syncer import Syncer, SyncRequest
 
@@ -50,6 +52,16 @@ ASYNC_CANCEL_GRACE = 2.0
 HANDOFF_DRAIN_SECONDS = 0.05
 #: Seconds to wait before claiming again after Redis was unreachable.
 UNAVAILABLE_BACKOFF = 1.0
+#: Longest wait (seconds) between claims while claiming keeps failing for another reason.
+MAX_FAILURE_BACKOFF = 30.0
+#: Seconds a full fetcher waits between looks at its hand-off channels (a task handed over
+#: just as it filled up is given back at once, not left unread with its lease running out).
+FULL_POLL_SECONDS = 0.05
+#: Seconds running handlers get to stop once shutdown interrupts them.
+SHUTDOWN_STOP_GRACE = 2.0
+#: Share of the lease kept in hand: a worker that could not renew its leases for the rest of
+#: it stops its running tasks before the lease can expire and another worker run them.
+LEASE_SAFETY = 0.2
 
 
 class Processor:
@@ -67,7 +79,6 @@ class Processor:
         worker_id: str,
         queues: dict[str, int],
         concurrency: int,
-        lease_seconds: float,
         syncer: Syncer,
         strict: bool = False,
         idle_wait: float = 1.0,
@@ -77,7 +88,7 @@ class Processor:
         self.worker_id = worker_id
         self.queues = dict(queues)
         self.concurrency = concurrency
-        self.lease_seconds = lease_seconds
+        self.lease_seconds = broker.lease_ms / 1000
         self.syncer = syncer
         self.strict = strict
         self.idle_wait = idle_wait
@@ -100,7 +111,9 @@ class Processor:
         self._work: queue_module.SimpleQueue[Job | None] = queue_module.SimpleQueue()
         self._outcomes: queue_module.SimpleQueue[Outcome | None] = queue_module.SimpleQueue()
         self._stopping = threading.Event()
-        self._lease_expiry = time.time() + lease_seconds
+        # When (monotonic) the leases this worker holds may run out: LEASE_SAFETY short of a
+        # lease after the heartbeater's last renewal was sent.
+        self._lease_deadline = time.monotonic() + self.lease_seconds * (1 - LEASE_SAFETY)
         self._threads: list[threading.Thread] = []
         # The fetcher listens, while idle, for wake-ups and for tasks handed to it at enqueue.
         self._handoff_queues = {broker.queue(name).handoff_channel(worker_id): name for name in self.queues}
@@ -122,45 +135,83 @@ class Processor:
         self._fetcher = self._start_thread(self._fetch_loop, "rtq-fetch")
 
     def stop(self, timeout: float) -> None:
-        """Stop claiming, let running tasks finish for up to `timeout` seconds, then give the
-        unfinished ones back to pending."""
+        """Stop claiming, give back the tasks that have not started, let running tasks finish
+        for up to `timeout` seconds, then stop those still running and give them back too.
+
+        A task is given back only once its handler has stopped, so no other worker can run
+        it while it still runs here. A handler that ignores the interruption (stuck in C code)
+        keeps its task: the lease runs out after this process exits, and the recoverer gives
+        the task to another worker then.
+        """
         self._stopping.set()
         self._fetcher.join()
+        with self._cond:
+            waiting = self._abandon_locked([job for job in self._jobs() if job.state is JobState.QUEUED])
+        self._give_back(waiting, "that had not started")
         deadline = time.monotonic() + timeout
         with self._cond:
-            while self._in_flight and time.monotonic() < deadline:
+            while self._running and time.monotonic() < deadline:
                 self._cond.wait(min(0.1, max(0.0, deadline - time.monotonic())))
-            leftovers = [
-                job
-                for job in self._owned.values()
-                if isinstance(job, Job)
-                and job.state in (JobState.QUEUED, JobState.RUNNING, JobState.CANCELLED)
-            ]
-            for job in leftovers:
-                job.state = JobState.ABANDONED
+            stopping = list(self._running.values())
+            for job in stopping:
+                job.settle = False
                 self._running.pop(job.id, None)
+                self._finish_locked(job)
+                self._signal_stop(job, WorkerShutdown("the worker shut down before the task finished"))
+            stop_deadline = time.monotonic() + SHUTDOWN_STOP_GRACE
+            while (
+                any(job.state is not JobState.STOPPED for job in stopping)
+                and time.monotonic() < stop_deadline
+            ):
+                self._cond.wait(0.05)
+            stopped = [job for job in stopping if job.state is JobState.STOPPED]
+            stuck = [job for job in stopping if job.state is not JobState.STOPPED]
+            for job in stopping:
+                self._owned.pop(job.id, None)
+        self._give_back(stopped, "stopped by the shutdown")
+        for job in stuck:
+            logger.error(
+                "task %r (%s) of queue %r did not stop; its lease will run out once this worker "
+                "exits, and another worker will run it then",
+                job.id,
+                job.message.task,
+                job.claimed.queue,
+            )
         for _ in range(len(self._threads)):
             self._work.put(None)
         self._outcomes.put(None)
         self._settler.join()
+        self._watchdog.join()
+
+    def _jobs(self) -> list[Job]:
+        return [job for job in self._owned.values() if isinstance(job, Job)]
+
+    def _abandon_locked(self, jobs: list[Job]) -> list[Job]:
+        """Forget jobs that will not run here (the caller holds the lock); return them."""
+        for job in jobs:
+            if job.state is JobState.QUEUED:
+                self._finish_locked(job)  # the executor that takes it skips it
+            job.state = JobState.ABANDONED
+            self._owned.pop(job.id, None)
+        return jobs
+
+    def _give_back(self, jobs: list[Job], why: str) -> None:
+        """Return tasks to the front of pending, uncounted (none of their handlers runs)."""
         by_queue: dict[str, list[str]] = defaultdict(list)
-        for job in leftovers:
+        for job in jobs:
             by_queue[job.claimed.queue].append(job.id)
         for queue, task_ids in by_queue.items():
             try:
                 count = self.broker.requeue(queue, task_ids, worker_id=self.worker_id)
-                logger.info("returned %d unfinished task(s) to pending in queue %r", count, queue)
-            except BrokerUnavailable as exc:
+                logger.info("returned %d task(s) %s to pending in queue %r", count, why, queue)
+            except Exception as exc:
                 logger.warning(
                     "could not return %d task(s) of queue %r to pending (%s); the recoverer "
-                    "will retry them once their lease expires",
+                    "will once their lease expires",
                     len(task_ids),
                     queue,
                     exc,
                 )
-        with self._cond:
-            self._owned.clear()
-        self._watchdog.join()
 
     def _start_thread(self, target: Any, name: str) -> threading.Thread:
         thread = threading.Thread(target=target, name=name, daemon=True)
@@ -178,16 +229,28 @@ class Processor:
         draining a queue has none in flight for an instant between two claims."""
         return self._in_flight > 0 or time.monotonic() - self._idle_since < BUSY_GRACE
 
-    def owned_by_queue(self) -> dict[str, list[str]]:
+    def owned_by_queue(self) -> dict[str, list[tuple[str, bool]]]:
+        """The tasks whose leases this worker holds, by queue, each with whether it has started."""
         with self._cond:
-            grouped: dict[str, list[str]] = defaultdict(list)
+            grouped: dict[str, list[tuple[str, bool]]] = defaultdict(list)
             for task_id, job in self._owned.items():
-                claimed = job.claimed if isinstance(job, Job) else job
-                grouped[claimed.queue].append(task_id)
+                if isinstance(job, Job):
+                    grouped[job.claimed.queue].append((task_id, job.started_at is not None))
+                else:
+                    grouped[job.queue].append((task_id, True))
             return dict(grouped)
 
-    def lease_extended(self, expiry: float) -> None:
-        self._lease_expiry = expiry
+    def lease_extended(self, sent_at: float) -> None:
+        """Note that the leases were renewed by a request sent at `sent_at` (time.monotonic())."""
+        self._lease_deadline = max(self._lease_deadline, sent_at + self.lease_seconds * (1 - LEASE_SAFETY))
+
+    def dead_threads(self) -> list[str]:
+        """Names of the processor's own threads that died although it is not stopping."""
+        if self._stopping.is_set():
+            return []
+        return [
+            thread.name for thread in (self._fetcher, self._settler, self._watchdog) if not thread.is_alive()
+        ]
 
     def describe(self) -> dict[str, Any]:
         with self._cond:
@@ -226,17 +289,19 @@ class Processor:
     # Claiming
 
     def _fetch_loop(self) -> None:
+        failures = 0
         while not self._stopping.is_set():
-            with self._cond:
-                while not self._should_claim() and not self._stopping.is_set():
-                    self._cond.wait(0.5)
-                free = self.capacity - self._in_flight
+            self._wait_for_room()
             if self._stopping.is_set():
                 break
+            with self._cond:
+                free = self.capacity - self._in_flight
+                start_now = max(0, self.concurrency - self._in_flight)
             while self._waker.listen(0) is not None:
                 pass  # wake-ups that came while we were busy: we are about to claim anyway
             try:
-                claimed = self._claim(free)
+                claimed = self._claim(free, start_now)
+                failures = 0
                 if claimed:
                     self._dispatch(claimed)
                 if len(claimed) == free or (claimed and self.burst):
@@ -248,8 +313,26 @@ class Processor:
                 logger.warning("cannot claim tasks: %s", exc)
                 self._stopping.wait(UNAVAILABLE_BACKOFF)
                 continue
+            except Exception:
+                failures += 1
+                backoff = min(MAX_FAILURE_BACKOFF, UNAVAILABLE_BACKOFF * 2 ** min(failures, 5))
+                logger.exception("claiming tasks failed; trying again in %.0fs", backoff)
+                self._stopping.wait(backoff)
+                continue
             self._wait_for_work()
         self._leave_idle()
+
+    def _wait_for_room(self) -> None:
+        """Wait until there is room to claim, reading the hand-off channels meanwhile."""
+        while not self._stopping.is_set():
+            with self._cond:
+                if self._should_claim():
+                    return
+                self._cond.wait(FULL_POLL_SECONDS)
+                if self._should_claim():
+                    return
+            while self._waker.listen(0) is not None:
+                pass
 
     def _leave_idle(self) -> None:
         """Stop being handed tasks; take in those handed over meanwhile (stop() gives them back)."""
@@ -263,9 +346,21 @@ class Processor:
 
     def _on_message(self, channel: str, data: str) -> None:
         queue = self._handoff_queues.get(channel)
-        if queue is not None:  # a task handed to this worker, already under its lease
-            task_id, _, raw_message = data.partition("\n")
-            self._dispatch([ClaimedTask(id=task_id, queue=queue, raw_message=raw_message or None)])
+        if queue is None:
+            return
+        # A task handed to this worker, already under its lease: "<id>\n<run>\n<message JSON>".
+        task_id, _, rest = data.partition("\n")
+        run, _, raw_message = rest.partition("\n")
+        claimed = ClaimedTask(id=task_id, queue=queue, raw_message=raw_message or None, run=run)
+        with self._cond:
+            has_room = self._in_flight < self.concurrency and not self._stopping.is_set()
+        if has_room:
+            self._dispatch([claimed])
+            return
+        try:  # it came as this worker filled up: another worker will run it
+            self.broker.requeue(queue, [task_id], worker_id=self.worker_id)
+        except Exception as exc:
+            logger.warning("could not give back task %r handed over while full (%s)", task_id, exc)
 
     def _wait_for_work(self) -> None:
         """Wait until a queue gets work (the broker publishes when a queue's pending set goes
@@ -293,22 +388,33 @@ class Processor:
             weights.pop(i)
         return order
 
-    def _claim(self, limit: int) -> list[ClaimedTask]:
+    def _claim(self, limit: int, start_now: int) -> list[ClaimedTask]:
+        """Claim up to `limit` tasks across the queues; the first `start_now` start at once.
+
+        A short claim registers the worker as idle in that queue; if a later queue then fills
+        the batch, the worker leaves those idle lists again, so that nothing is handed to it
+        while it has no room.
+        """
         claimed: list[ClaimedTask] = []
-        now = time.time()
-        lease_expiry_ms = int((now + self.lease_seconds) * 1000)
         # Long enough to outlast the idle wait before the next claim renews it.
-        idle_until_ms = int((now + 2 * self.idle_wait + 1) * 1000) if self.broker.hands_off else 0
+        idle_for_ms = int((2 * self.idle_wait + 1) * 1000) if self.broker.hands_off else 0
+        registered = []
         for queue in self.queue_order() if len(self.queues) > 1 else self.queues:
-            claimed += self.broker.claim(
+            wanted = limit - len(claimed)
+            got = self.broker.claim(
                 queue,
                 worker_id=self.worker_id,
-                lease_expiry_ms=lease_expiry_ms,
-                limit=limit - len(claimed),
-                idle_until_ms=idle_until_ms,
+                limit=wanted,
+                start_now=max(0, start_now - len(claimed)),
+                idle_for_ms=idle_for_ms,
             )
+            if idle_for_ms and len(got) < wanted:
+                registered.append(queue)
+            claimed += got
             if len(claimed) >= limit:
                 break
+        if registered and len(claimed) >= limit:
+            self.broker.leave_idle(registered, worker_id=self.worker_id)
         return claimed
 
     def _dispatch(self, batch: list[ClaimedTask]) -> None:
@@ -378,7 +484,7 @@ class Processor:
                 if job.task_type.is_async and loop is None:
                     loop = asyncio.new_event_loop()
                 if not self._run(job, loop if job.task_type.is_async else None):
-                    return  # this thread was abandoned; a fresh one took its place
+                    return  # this thread was abandoned (a fresh one took its place) or stopped
         except BaseException:
             # An interruption meant for an abandoned job may land after its handler returned.
             if threading.current_thread() in self._threads:
@@ -389,7 +495,7 @@ class Processor:
             connections.close_all()  # this thread's own; left open they outlive the worker
 
     def _run(self, job: Job, loop: asyncio.AbstractEventLoop | None) -> bool:
-        """Run one job; return False if this thread was abandoned and must end."""
+        """Run one job; return False if this thread was abandoned or stopped and must end."""
         with self._cond:
             self._queued -= 1
             if self._queued == 0:
@@ -398,53 +504,30 @@ class Processor:
                 return True
             if job.state is JobState.CANCELLED:
                 self._finish_locked(job)
-                outcome = Outcome(
-                    job=job,
-                    claimed=job.claimed,
-                    failure=Failure(
-                        claimed=job.claimed,
-                        message=job.message,
-                        error=TaskCancelled("cancelled before it started"),
-                    ),
-                )
-                self._outcomes.put(outcome)
+                self._outcomes.put(self._failed(job, TaskCancelled("cancelled before it started")))
                 return True
             job.state = JobState.RUNNING
             job.thread = threading.current_thread()
             job.started_at = time.time()
-            self._set_expiry(job)
             self._running[job.id] = job
-            set_current_task(
-                TaskContext(
-                    id=job.id,
-                    task=job.message.task,
-                    queue=job.claimed.queue,
-                    retried=int(job.claimed.info.get("retried", 0)),
-                    max_retries=job.message.max_retries,
-                    worker_id=self.worker_id,
-                    enqueued_at=job.message.enqueued_at,
-                    started_at=job.started_at,
-                    info=job.claimed.info,
-                )
-            )
+        outcome = Outcome(job=job, claimed=job.claimed)
+        try:
+            self._set_expiry(job)
+            set_current_task(self._context(job))
             if loop is not None:
                 job.loop = loop
                 job.async_task = loop.create_task(self._call_async(job))
-        outcome = Outcome(job=job, claimed=job.claimed)
-        try:
             close_old_connections()
-            if signals.task_started.receivers:
-                signals.task_started.send(job.task_type, message=job.message, worker_id=self.worker_id)
+            send_robust(signals.task_started, job.task_type, message=job.message, worker_id=self.worker_id)
             if loop is not None:
                 result = self._await(job, loop)
             else:
                 result = job.task_type.func(*job.message.args, **job.message.kwargs)
-            if signals.task_succeeded.receivers:
-                signals.task_succeeded.send(job.task_type, message=job.message, result=result)
             try:
                 outcome.result_json = json.dumps(result, separators=(",", ":"), allow_nan=False)
             except (TypeError, ValueError) as exc:
                 raise NonRetryableError(f"the task's return value is not JSON-serializable: {exc}") from exc
+            send_robust(signals.task_succeeded, job.task_type, message=job.message, result=result)
         except BaseException as exc:
             outcome.failure = Failure(
                 claimed=job.claimed,
@@ -457,6 +540,12 @@ class Processor:
             close_old_connections()
         outcome.finished_at = time.time()
         with self._cond:
+            if not job.settle:  # stopped by the shutdown, or its lease was lost: not ours to settle
+                job.state = JobState.STOPPED
+                if self._running.pop(job.id, None) is not None:
+                    self._finish_locked(job)
+                self._cond.notify_all()
+                return threading.current_thread() in self._threads
             if job.state is JobState.ABANDONED:
                 return False
             job.state = JobState.DONE
@@ -464,6 +553,23 @@ class Processor:
             self._finish_locked(job)
             self._outcomes.put(outcome)  # under the lock, so that stop() cannot miss it
         return True
+
+    def _context(self, job: Job) -> TaskContext:
+        return TaskContext(
+            id=job.id,
+            task=job.message.task,
+            queue=job.claimed.queue,
+            retried=int(job.claimed.info.get("retried", 0)),
+            max_retries=job.message.max_retries,
+            worker_id=self.worker_id,
+            enqueued_at=job.message.enqueued_at,
+            started_at=job.started_at,
+            info=job.claimed.info,
+        )
+
+    def _failed(self, job: Job, error: BaseException) -> Outcome:
+        failure = Failure(claimed=job.claimed, message=job.message, error=error, started_at=job.started_at)
+        return Outcome(job=job, claimed=job.claimed, failure=failure)
 
     def _set_expiry(self, job: Job) -> None:
         """Note when the watchdog must stop the job: at its timeout, or its deadline if sooner."""
@@ -498,25 +604,53 @@ class Processor:
             self._idle_since = time.monotonic()
         self._cond.notify_all()
 
-    # Timeouts, deadlines and cancellation
+    # Timeouts, deadlines, cancellation and lost leases
 
     def _watch_loop(self) -> None:
         while not self._stopping.wait(WATCHDOG_INTERVAL):
-            now = time.monotonic()
-            with self._cond:
-                overdue = [
-                    job
-                    for job in self._running.values()
-                    if job.expires_at is not None and job.expires_at <= now
-                ]
-            for job in overdue:
-                self._interrupt(job, self._expiry_error(job))
+            try:
+                now = time.monotonic()
+                if now > self._lease_deadline:
+                    self._lose_leases()
+                with self._cond:
+                    overdue = [
+                        job
+                        for job in self._running.values()
+                        if job.expires_at is not None and job.expires_at <= now
+                    ]
+                for job in overdue:
+                    self._interrupt(job, self._expiry_error(job))
+            except Exception:
+                logger.exception("the watchdog's pass failed")
 
-    def _interrupt(self, job: Job, error: BaseException) -> bool:
-        """Stop a running job: fail it now and free its slot, whatever its thread is doing."""
+    def _lose_leases(self) -> None:
+        """The leases could not be renewed for almost a lease: stop every task before another
+        worker may take it, and settle none of them (the recoverer gives them back)."""
+        with self._cond:
+            jobs = [job for job in self._jobs() if job.state in (JobState.QUEUED, JobState.RUNNING)]
+            if not jobs:
+                return
+            running = [job for job in jobs if job.state is JobState.RUNNING]
+            self._abandon_locked([job for job in jobs if job.state is JobState.QUEUED])
+        for job in running:
+            self._interrupt(job, LeaseLost("the worker could not renew its lease"), settle=False)
+        logger.error(
+            "could not renew leases for %.1fs: stopped %d running task(s) and dropped %d waiting "
+            "one(s); other workers will run them once their leases expire",
+            self.lease_seconds * (1 - LEASE_SAFETY),
+            len(running),
+            len(jobs) - len(running),
+        )
+
+    def _interrupt(self, job: Job, error: BaseException, *, settle: bool = True) -> bool:
+        """Stop a running job and free its slot, whatever its thread is doing: fail it now,
+        or with `settle=False` forget it (its task is no longer this worker's)."""
         with self._cond:
             if job.state is not JobState.RUNNING:
                 return False
+            if not settle:
+                job.settle = False
+                self._owned.pop(job.id, None)
             if job.async_task is not None and job.interrupt_error is None:
                 # An async task is cancelled inside its loop; if it ignores that, it is abandoned.
                 job.interrupt_error = error
@@ -530,18 +664,8 @@ class Processor:
             self._start_executor()
             # Raised while we hold the lock: the thread cannot have ended and its id be reused.
             raise_in_thread(job.thread, type(error))
-            self._outcomes.put(
-                Outcome(
-                    job=job,
-                    claimed=job.claimed,
-                    failure=Failure(
-                        claimed=job.claimed,
-                        message=job.message,
-                        error=error,
-                        started_at=job.started_at,
-                    ),
-                )
-            )
+            if settle:
+                self._outcomes.put(self._failed(job, error))
         logger.warning(
             "stopped task %r (%s) of queue %r: %s",
             job.id,
@@ -550,6 +674,15 @@ class Processor:
             error,
         )
         return True
+
+    def _signal_stop(self, job: Job, error: BaseException) -> None:
+        """Interrupt a job's handler at shutdown (the caller holds the lock): its thread ends
+        with it, marking it STOPPED."""
+        if job.async_task is not None:
+            job.interrupt_error = error
+            job.loop.call_soon_threadsafe(job.async_task.cancel)
+        else:
+            raise_in_thread(job.thread, type(error))
 
     # Settling
 
@@ -572,6 +705,10 @@ class Processor:
                     self._settle(batch)
                 except Exception:
                     logger.exception("settling %d outcome(s) failed", len(batch))
+                finally:
+                    with self._cond:
+                        for outcome in batch:
+                            self._owned.pop(outcome.claimed.id, None)
             if last:
                 connections.close_all()  # signal receivers may have used the database
                 return
@@ -582,7 +719,7 @@ class Processor:
             if outcome.failure is None:
                 completions[outcome.claimed.queue].append(self._completion(outcome))
         for queue, done in completions.items():
-            write = partial(self.broker.complete, queue, done, worker_id=self.worker_id)
+            write = partial(self._complete, queue, done)
             self._write(write, f"completion of {len(done)} task(s) in queue {queue!r}")
         for outcome in batch:
             if outcome.failure is not None:
@@ -591,11 +728,19 @@ class Processor:
                     write,
                     f"failure of task {outcome.claimed.id!r} in queue {outcome.claimed.queue!r}",
                 )
-        with self._cond:
-            for outcome in batch:
-                self._owned.pop(outcome.claimed.id, None)
         if any(outcome.job is not None and outcome.job.message.parent for outcome in batch):
             self.on_commands()
+
+    def _complete(self, queue: str, done: list[Completion]) -> None:
+        settled = self.broker.complete(queue, done, worker_id=self.worker_id)
+        if settled < len(done):
+            logger.warning(
+                "%d of %d result(s) in queue %r came late (a newer run of the task had started, "
+                "or it was gone) and were left out",
+                len(done) - settled,
+                len(done),
+                queue,
+            )
 
     def _completion(self, outcome: Outcome) -> Completion:
         job = outcome.job
@@ -610,6 +755,7 @@ class Processor:
             times = (job.started_at, outcome.finished_at)
         return Completion(
             id=job.id,
+            run=job.claimed.run,
             info=info,
             times=times,
             result_json=outcome.result_json,
@@ -619,8 +765,14 @@ class Processor:
         )
 
     def _write(self, write: Any, description: str) -> None:
+        """Make a write now, or have the syncer retry it while Redis cannot take it. Any other
+        error leaves the task to the recoverer (its lease is no longer renewed)."""
         try:
             write()
         except BrokerUnavailable as exc:
             logger.warning("could not record the %s (%s); the syncer will retry", description, exc)
-            self.syncer.add(SyncRequest(apply=write, description=description, deadline=self._lease_expiry))
+            self.syncer.add(SyncRequest(apply=write, description=description))
+        except Exception:
+            logger.exception(
+                "could not record the %s; its task will be taken back once its lease expires", description
+            )

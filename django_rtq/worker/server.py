@@ -59,13 +59,12 @@ class Worker:
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._stop_requested = threading.Event()
 
-        self.syncer = Syncer(interval=conf.SYNCER_INTERVAL, clock=self.broker.clock)
+        self.syncer = Syncer(interval=conf.SYNCER_INTERVAL)
         self.processor = Processor(
             broker=self.broker,
             worker_id=self.id,
             queues=self.queues,
             concurrency=concurrency or conf.CONCURRENCY,
-            lease_seconds=conf.LEASE_SECONDS,
             syncer=self.syncer,
             strict=conf.STRICT_PRIORITY if strict is None else strict,
             idle_wait=conf.IDLE_WAIT,
@@ -77,7 +76,6 @@ class Worker:
             worker_id=self.id,
             processor=self.processor,
             interval=conf.HEARTBEAT_INTERVAL,
-            lease_seconds=conf.LEASE_SECONDS,
         )
         self.forwarder = Forwarder(broker=self.broker, queues=names, interval=conf.FORWARDER_INTERVAL)
         self.scheduler = Scheduler(
@@ -88,6 +86,9 @@ class Worker:
             queues=names,
             interval=conf.RECOVERER_INTERVAL,
             grace=conf.RECOVERY_GRACE,
+            max_recoveries=conf.MAX_RECOVERIES,
+            # long enough for every live worker to renew its leases after an outage
+            settle_seconds=self.broker.lease_ms / 1000 + conf.HEARTBEAT_INTERVAL,
         )
         self.janitor = Janitor(
             broker=self.broker,
@@ -123,23 +124,36 @@ class Worker:
             name="cancel",
         )
 
+    def components(self) -> list[Any]:
+        """The components besides the processor, in start order."""
+        return [
+            component
+            for component in (
+                self.syncer,
+                self.healthchecker,
+                self.heartbeater,
+                self.subscriber,
+                self.forwarder,
+                self.scheduler,
+                self.recoverer,
+                self.janitor,
+                self.mirrorer,
+                self.commander,
+            )
+            if component is not None
+        ]
+
     def start(self) -> None:
         logger.info("worker %s starting on queues %s", self.id, self.queues)
-        for component in (
-            self.syncer,
-            self.healthchecker,
-            self.heartbeater,
-            self.subscriber,
-            self.forwarder,
-            self.scheduler,
-            self.recoverer,
-            self.janitor,
-            self.mirrorer,
-            self.commander,
-            self.processor,
-        ):
-            if component is not None:
-                component.start()
+        for component in self.components():
+            component.start()
+        self.processor.start()
+
+    def dead_threads(self) -> list[str]:
+        """Names of the threads that died although nobody stopped them (then the worker can no
+        longer do its job)."""
+        dead = [f"rtq-{component.name}" for component in self.components() if not component.is_alive()]
+        return dead + self.processor.dead_threads()
 
     def stop(self) -> None:
         """Shut down: the processor first (it stops claiming, finishes or gives back its tasks),
@@ -170,16 +184,27 @@ class Worker:
     def request_stop(self, *_: Any) -> None:
         self._stop_requested.set()
 
-    def run(self) -> None:
-        """Start, wait for a stop signal (or a drained burst), then stop gracefully."""
+    def run(self) -> int:
+        """Start, wait for a stop signal (or a drained burst), then stop gracefully. Return the
+        exit status: 0, or 1 if a thread of the worker died and it stopped because of that (its
+        supervisor, or the process manager, should start it again)."""
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self.request_stop)
             signal.signal(signal.SIGINT, self.request_stop)
         self.start()
+        status = 0
         while not self._stop_requested.wait(0.2):
             if self.burst and self.processor.drained.is_set():
                 break
+            dead = self.dead_threads()
+            if dead:
+                logger.critical(
+                    "worker %s cannot go on: thread(s) %s died; stopping", self.id, ", ".join(dead)
+                )
+                status = 1
+                break
         self.stop()
+        return status
 
 
 def _health_callback(value: Any) -> Callable[[bool, Exception | None], None] | None:

@@ -6,6 +6,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 from typing import Any
@@ -26,7 +27,7 @@ def _child_main(worker_options: dict[str, Any], supervisor_pid: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor alone turns Ctrl-C into SIGTERMs
     worker = Worker(**worker_options)
     threading.Thread(target=_stop_when_orphaned, args=(worker, supervisor_pid), daemon=True).start()
-    worker.run()
+    sys.exit(worker.run())
 
 
 def _stop_when_orphaned(worker: Any, supervisor_pid: int) -> None:

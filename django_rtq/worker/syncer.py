@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -13,25 +12,26 @@ from .component import Component
 
 @dataclass(slots=True)
 class SyncRequest:
-    """A write to retry: `apply()` redoes it; past `deadline` (epoch seconds) it is dropped."""
+    """A write to retry: `apply()` redoes it."""
 
     apply: Callable[[], object]
     description: str
-    deadline: float
 
 
 class Syncer(Component):
-    """The syncer retries writes the processor could not make, until each succeeds or expires.
+    """The syncer retries writes the processor could not make, in order, until each succeeds.
 
-    A request past its deadline is dropped: by then the task's lease has expired and the
-    recoverer owns the task, so nothing is lost.
+    However long Redis is away, a result is written when it returns: the settling scripts are
+    fenced by run, so a result applies unless another run of its task has started since (and
+    the recoverer waits for live workers to write theirs before it takes tasks back). A write
+    that fails for another reason than Redis being away is logged and dropped: its task is
+    taken back once its lease expires.
     """
 
     name = "syncer"
 
-    def __init__(self, *, interval: float, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, *, interval: float) -> None:
         super().__init__(interval=interval)
-        self.clock = clock
         self._requests: list[SyncRequest] = []
         self._lock = threading.Lock()
 
@@ -45,19 +45,18 @@ class Syncer(Component):
     def run_once(self) -> int:
         with self._lock:
             requests, self._requests = self._requests, []
-        failed = []
-        now = self.clock()
-        for request in requests:
-            if request.deadline < now:
-                self.logger.warning("dropped %s: its deadline passed", request.description)
-                continue
+        done = 0
+        for i, request in enumerate(requests):
             try:
                 request.apply()
             except BrokerUnavailable:
-                failed.append(request)
-        with self._lock:
-            self._requests[:0] = failed
-        return len(requests) - len(failed)
+                with self._lock:  # still away: keep this one and the rest, in order
+                    self._requests[:0] = requests[i:]
+                break
+            except Exception:
+                self.logger.exception("dropped the %s: it failed", request.description)
+            done += 1
+        return done
 
     def stop(self, timeout: float | None = 5.0) -> None:
         super().stop(timeout)
@@ -65,3 +64,9 @@ class Syncer(Component):
             self.run_once()  # one last try before the process exits
         except Exception:
             self.logger.exception("final sync failed")
+        if self._requests:
+            self.logger.error(
+                "%d write(s) could not reach Redis before the worker exited; their tasks will be "
+                "taken back once their leases expire",
+                len(self._requests),
+            )

@@ -1,5 +1,14 @@
 -- Helpers shared by the scripts; the loader puts this file in front of each of them.
 
+-- The time (ms) a script works with: the server's own clock (TIME) when the caller passes 0, so
+-- that leases mean the same on every host whatever their clocks say; a test's clock otherwise.
+local function clock_now(arg)
+  local now = tonumber(arg) or 0
+  if now > 0 then return now end
+  local time = redis.call('TIME')
+  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+
 -- A pending task's score: its priority band, then FIFO order within the band.
 -- (100 - priority) * 10^13 + seq stays an exact integer in a double for any seq < 10^13.
 local PRIORITY_BAND = 10000000000000
@@ -10,6 +19,37 @@ local function push_pending(pending, seq, priority_hash, state_hash, id, front)
   if not front then order = redis.call('INCR', seq) end
   redis.call('ZADD', pending, (100 - priority) * PRIORITY_BAND + order, id)
   redis.call('HSET', state_hash, id, 'pending')
+end
+
+-- Take an active task out of its worker's hands: no lease, no owner, no mark of a start to come.
+-- t: active, owner, unstarted.
+local function leave_active(t, id)
+  redis.call('ZREM', t.active, id)
+  redis.call('HDEL', t.owner, id)
+  redis.call('SREM', t.unstarted, id)
+end
+
+-- May this run of a task (`run`: the fencing token its claim returned) settle it? Yes while the
+-- run still holds it (active, owned by `worker`), and also when it was given back (pending or
+-- retry, after its lease expired during an outage) and nobody has run it since: the result of
+-- the run is then applied after all. The task is taken out of its state set. No for a late
+-- result: a newer run exists, or the task is gone. t: runs, state, active, owner, unstarted,
+-- pending, retry.
+local function take_for_settling(t, id, worker, run)
+  if redis.call('HGET', t.runs, id) ~= run then return false end
+  local state = redis.call('HGET', t.state, id)
+  if state == 'active' then
+    if redis.call('HGET', t.owner, id) ~= worker then return false end
+    leave_active(t, id)
+    return true
+  elseif state == 'pending' then
+    redis.call('ZREM', t.pending, id)
+    return true
+  elseif state == 'retry' then
+    redis.call('ZREM', t.retry, id)
+    return true
+  end
+  return false
 end
 
 -- Tell idle workers when pending goes from empty to non-empty.
@@ -57,30 +97,82 @@ local function buffer_finished(finished, id, status, now, message, info_json, re
     ',"info":' .. info_json .. ',"result":' .. (result_json or 'null') .. '}')
 end
 
--- The keys and settings of a script that enqueues (enqueue, enqueue_periodic). Both take as
--- their first ten keys msg, state, priority, pending, scheduled, seq, active, owner, idle and
--- paused, and as their first four arguments now (ms), the wake channel, the hand-off channel
--- prefix and the lease (ms) of a handed-off task, in this order.
-local function enqueue_context()
+-- Every way into `archived` or out of existence goes through drop_task and archive_task.
+-- Their first argument `t` holds the calling script's keys and settings; each helper reads:
+--   drop_task:    t.msg, t.state, t.info, t.result, t.priority, t.progress, t.runs
+--   archive_task: t.msg, t.state, t.info, t.progress, t.archived, t.commands, t.command, t.now (ms),
+--                 t.mirror (boolean) and, when t.mirror, t.finished
+
+-- Remove every column of a task (msg, state, info, result, priority, progress, runs). Callers
+-- ZREM it from its state set themselves.
+local function drop_task(t, id)
+  for _, column in ipairs({t.msg, t.state, t.info, t.result, t.priority, t.progress, t.runs}) do
+    redis.call('HDEL', column, id)
+  end
+end
+
+-- Archive a task already removed from its previous state set: write its info (`info_json`,
+-- which carries the reason: error_type, error), state 'archived', ZADD archived at t.now, drop
+-- its progress, release its uniqueness lock (`unique_key`: a key name or nil), buffer its
+-- record for the mirror when t.mirror, and tell its workflow (a command) when it has one.
+local function archive_task(t, id, info_json, unique_key)
+  redis.call('HSET', t.info, id, info_json)
+  redis.call('HSET', t.state, id, 'archived')
+  redis.call('ZADD', t.archived, t.now, id)
+  redis.call('HDEL', t.progress, id)
+  release_unique(unique_key, id)
+  local message = redis.call('HGET', t.msg, id)
+  local ok, decoded = false, nil
+  if message then ok, decoded = pcall(cjson.decode, message) end
+  if t.mirror then
+    -- A corrupt payload is archived too; keep it as a JSON string so the record stays JSON.
+    if message and not ok then message = cjson.encode(message) end
+    buffer_finished(t.finished, id, 'failed', t.now, message, info_json)
+  end
+  if ok then notify_failure(t.commands, t.command, id, decoded, info_json, t.now) end
+end
+
+-- A task's info (`info_raw`: its JSON, or nil) with the reason it was ended by hand: error_type,
+-- error, no traceback, failed_at (s). What was there is kept (cjson writes numbers to 14
+-- significant digits: epoch seconds to 0.1 ms); the errors of its attempts stay as they were.
+local function info_with_reason(info_raw, error_type, error_message, now)
+  local ok, info = pcall(cjson.decode, info_raw or '{}')
+  if not ok or type(info) ~= 'table' then info = {} end
+  info.error_type, info.error, info.traceback, info.failed_at = error_type, error_message, '', now / 1000
+  return cjson.encode(info)
+end
+
+-- The keys and settings of a script that enqueues (enqueue, enqueue_periodic, wf_activate). They
+-- take as their first ten keys msg, state, priority, pending, scheduled, seq, active, owner, idle
+-- and paused, and as their first four arguments now (ms; 0 = the server's clock), the wake
+-- channel, the hand-off channel prefix and the lease (ms) of a handed-off task, in this order.
+-- `runs` is the key of the queue's runs hash: a script that does not declare it hands nothing
+-- to idle workers (they are woken and claim instead).
+local function enqueue_context(runs)
   return {
     msg = KEYS[1], state = KEYS[2], priority = KEYS[3], pending = KEYS[4], scheduled = KEYS[5],
-    seq = KEYS[6], active = KEYS[7], owner = KEYS[8], idle = KEYS[9], paused = KEYS[10],
-    now = tonumber(ARGV[1]), channel = ARGV[2], handoff_prefix = ARGV[3], lease = tonumber(ARGV[4]),
+    seq = KEYS[6], active = KEYS[7], owner = KEYS[8], idle = KEYS[9], paused = KEYS[10], runs = runs,
+    now = clock_now(ARGV[1]), channel = ARGV[2], handoff_prefix = ARGV[3], lease = tonumber(ARGV[4]),
   }
 end
 
 -- Hand a task to an idle worker if one is listening; return whether it was. PUBLISH counts
 -- the clients it reached: a registered worker that is not listening (it lost its connection,
 -- or, on a cluster, listens through another node) is dropped from the idle set instead.
+-- The message published is "<id>\n<run>\n<message JSON>"; the task is this worker's first
+-- run, started at once (a worker registers as idle only while it has free threads, and gives
+-- back a task it has no room for).
 local function hand_off(q, id, body)
-  if redis.call('ZCARD', q.idle) == 0 or redis.call('ZCARD', q.pending) > 0
+  if not q.runs or redis.call('ZCARD', q.idle) == 0 or redis.call('ZCARD', q.pending) > 0
       or redis.call('EXISTS', q.paused) == 1 then
     return false
   end
   redis.call('ZREMRANGEBYSCORE', q.idle, '-inf', q.now)
   for _, worker in ipairs(redis.call('ZRANGE', q.idle, 0, -1)) do
     redis.call('ZREM', q.idle, worker)
-    if redis.call('PUBLISH', q.handoff_prefix .. worker, id .. '\n' .. body) > 0 then
+    local run = (tonumber(redis.call('HGET', q.runs, id)) or 0) + 1
+    if redis.call('PUBLISH', q.handoff_prefix .. worker, id .. '\n' .. run .. '\n' .. body) > 0 then
+      redis.call('HSET', q.runs, id, run)
       redis.call('ZADD', q.active, q.now + q.lease, id)
       redis.call('HSET', q.state, id, 'active')
       redis.call('HSET', q.owner, id, worker)
@@ -112,8 +204,24 @@ local function add_task(q, id, body, priority, process_at, lock, lock_ttl)
 end
 
 -- Workflows (django_rtq/workflows). A workflow is a task of its queue in the `waiting` state
--- with a hash of its own (w.wf: kind, counters, children's specs) and its children's results
--- (w.results), both deleted when it finishes. `w` holds the keys and now of the calling script.
+-- with a hash of its own (w.wf: kind, counters, stage, children's specs) and its children's
+-- results (w.results), both deleted when it finishes. `w` holds the keys and settings of the
+-- calling script, as `t` for drop_task and archive_task (it is passed to them), with w.wf,
+-- w.results, w.waiting, w.completed and w.id besides.
+
+-- The task names of workflows: not runnable, so never moved to pending (run_now.lua). The
+-- same as WORKFLOW_TASKS in django_rtq/broker/workflow.py (a test checks).
+local WORKFLOW_TASKS = {
+  ['django_rtq.chain'] = true, ['django_rtq.group'] = true, ['django_rtq.map_reduce'] = true,
+  ['django_rtq.map'] = true, ['django_rtq.iterator'] = true,
+}
+
+-- Is this stored message (JSON, or nil) a workflow's?
+local function is_workflow(message)
+  if not message then return false end
+  local ok, decoded = pcall(cjson.decode, message)
+  return ok and type(decoded) == 'table' and WORKFLOW_TASKS[decoded.task] == true
+end
 
 -- The command telling a workflow's own workflow (if it has one) how it ended; "" if none.
 local function parent_notice(w, ok)
@@ -133,7 +241,7 @@ local function drop_workflow_columns(w)
   redis.call('DEL', w.wf, w.results)
 end
 
--- The workflow succeeded with `result_json`.
+-- The workflow succeeded with `result_json`: completed for its retention, or deleted.
 local function finish_workflow(w, result_json)
   local notice = parent_notice(w, true)
   if notice then
@@ -152,46 +260,36 @@ local function finish_workflow(w, result_json)
     redis.call('HSET', w.result, w.id, result_json)
     redis.call('ZADD', w.completed, w.now + retention, w.id)
   else
-    redis.call('HDEL', w.state, w.id)
-    redis.call('HDEL', w.msg, w.id)
-    redis.call('HDEL', w.info, w.id)
+    drop_task(w, w.id)
   end
 end
 
--- The workflow failed (a child failed for good, or it was cancelled): archive it, cancel its
--- children that have not finished (a command to their queues), tell its own workflow.
+-- The workflow failed (a child failed for good, or it was cancelled): cancel its children that
+-- have not finished (a command to their queues; a postponed workflow has none yet), then
+-- archive it (archive_task: its record for the mirror, a command to its own workflow).
 local function fail_workflow(w, error_type, error_message, child)
   local info_json = workflow_info(w, ',"failed_at":' .. (w.now / 1000) .. ',"error_type":' ..
     cjson.encode(error_type) .. ',"error":' .. cjson.encode(error_message) ..
     ',"failed_child":' .. cjson.encode(child or ''))
-  local by_queue, any = {}, false
-  local fields = redis.call('HGETALL', w.wf)
-  for i = 1, #fields, 2 do
-    local pos = string.match(fields[i], '^queue:(.+)$')
-    if pos then
-      local queue = fields[i + 1]
-      by_queue[queue] = by_queue[queue] or {}
-      table.insert(by_queue[queue], w.id .. '.' .. pos)
-      any = true
+  if redis.call('HGET', w.wf, 'stage') ~= 'postponed' then
+    local by_queue, any = {}, false
+    local fields = redis.call('HGETALL', w.wf)
+    for i = 1, #fields, 2 do
+      local pos = string.match(fields[i], '^queue:(.+)$')
+      if pos then
+        local queue = fields[i + 1]
+        by_queue[queue] = by_queue[queue] or {}
+        table.insert(by_queue[queue], w.id .. '.' .. pos)
+        any = true
+      end
+    end
+    if any then
+      write_command(w.commands, w.command, 'cancel:' .. w.id,
+        cjson.encode({type = 'cancel', workflow = w.id, children = by_queue}), w.now)
     end
   end
-  if any then
-    write_command(w.commands, w.command, 'cancel:' .. w.id,
-      cjson.encode({type = 'cancel', workflow = w.id, children = by_queue}), w.now)
-  end
-  local notice = parent_notice(w, false)
-  if notice then
-    local decoded = cjson.decode(notice)
-    decoded.error = {type = error_type, message = error_message, traceback = ''}
-    write_command(w.commands, w.command, 'child:' .. w.id, cjson.encode(decoded), w.now)
-  end
-  if w.mirror then
-    buffer_finished(w.finished, w.id, 'failed', w.now, redis.call('HGET', w.msg, w.id), info_json)
-  end
   drop_workflow_columns(w)
-  redis.call('HSET', w.state, w.id, 'archived')
-  redis.call('HSET', w.info, w.id, info_json)
-  redis.call('ZADD', w.archived, w.now, w.id)
+  archive_task(w, w.id, info_json, nil)
 end
 
 -- Has this command been applied in this slot? If not, record that it now is (and forget

@@ -1,7 +1,10 @@
 -- Claim up to `limit` pending tasks, highest priority first: move them to active under a
--- lease held by the worker, and return their messages and attempt facts. A worker that finds
--- fewer than it asked for is registered as idle, so that the next task enqueued to an empty
--- queue is handed straight to it (see enqueue.lua); one that finds enough is not.
+-- lease held by the worker, and return their messages, attempt facts and run numbers. The
+-- first `start_now` go straight to free threads; the others wait in the worker's memory and
+-- are marked unstarted until the worker reports their start (extend_lease), so that a task
+-- recovered from a dead worker is known to have never run. A worker that finds fewer than it
+-- asked for is registered as idle, so that the next task enqueued to an empty queue is handed
+-- straight to it (see enqueue.lua); one that finds enough is not.
 --
 -- KEYS[1] -> rtq:{<queue>}:pending
 -- KEYS[2] -> rtq:{<queue>}:active
@@ -11,16 +14,21 @@
 -- KEYS[6] -> rtq:{<queue>}:info
 -- KEYS[7] -> rtq:{<queue>}:paused
 -- KEYS[8] -> rtq:{<queue>}:idle
--- ARGV[1] -> lease expiry (ms)
--- ARGV[2] -> worker id
--- ARGV[3] -> limit
--- ARGV[4] -> idle registration expiry (ms); 0 = do not register
+-- KEYS[9] -> rtq:{<queue>}:runs
+-- KEYS[10] -> rtq:{<queue>}:unstarted
+-- ARGV[1] -> now (ms; 0 = the server's clock)
+-- ARGV[2] -> lease (ms)
+-- ARGV[3] -> worker id
+-- ARGV[4] -> limit
+-- ARGV[5] -> how many of the claimed tasks start at once (the rest are marked unstarted)
+-- ARGV[6] -> how long (ms) to stay registered as idle; 0 = do not register
 --
--- Returns: a flat list of id, message JSON, info JSON per claimed task (false where missing);
--- empty when the queue is paused or has nothing pending.
-local pending, active, state, owner, msg, info, paused, idle =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local expiry, worker, limit, idle_until = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+-- Returns: a flat list of id, message JSON, info JSON, run number per claimed task (false
+-- where missing); empty when the queue is paused or has nothing pending.
+local pending, active, state, owner, msg, info, paused, idle, runs, unstarted =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local now, lease, worker = clock_now(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local limit, start_now, idle_for = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 
 redis.call('ZREM', idle, worker)
 if redis.call('EXISTS', paused) == 1 then return {} end
@@ -28,14 +36,16 @@ local popped = redis.call('ZPOPMIN', pending, limit)
 local reply = {}
 for i = 1, #popped, 2 do
   local id = popped[i]
-  redis.call('ZADD', active, expiry, id)
+  redis.call('ZADD', active, now + lease, id)
   redis.call('HSET', state, id, 'active')
   redis.call('HSET', owner, id, worker)
+  if (i + 1) / 2 > start_now then redis.call('SADD', unstarted, id) end
   reply[#reply + 1] = id
   reply[#reply + 1] = redis.call('HGET', msg, id)
   reply[#reply + 1] = redis.call('HGET', info, id)
+  reply[#reply + 1] = redis.call('HINCRBY', runs, id, 1)
 end
-if #popped / 2 < limit and idle_until > 0 then
-  redis.call('ZADD', idle, idle_until, worker)
+if #popped / 2 < limit and idle_for > 0 then
+  redis.call('ZADD', idle, now + idle_for, worker)
 end
 return reply

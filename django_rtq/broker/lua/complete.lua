@@ -1,7 +1,8 @@
 -- Settle a batch of tasks that succeeded: keep each as completed for its retention, or
 -- delete it; release its uniqueness lock, count it as processed, and (when mirroring) keep
 -- its record for the ORM mirror.
--- A task this worker no longer holds (its lease was recovered) is left alone.
+-- Results are fenced by run (see take_for_settling in _lib.lua): a result that comes late,
+-- after a newer run of the task started, is left out.
 --
 -- KEYS[1] -> rtq:{<queue>}:active
 -- KEYS[2] -> rtq:{<queue>}:owner
@@ -16,22 +17,28 @@
 -- KEYS[11] -> rtq:{<queue>}:progress
 -- KEYS[12] -> rtq:{<queue>}:commands
 -- KEYS[13] -> rtq:{<queue>}:command
--- KEYS[14..] -> rtq:{<queue>}:unique:<key>, one per task that has a unique key
+-- KEYS[14] -> rtq:{<queue>}:runs
+-- KEYS[15] -> rtq:{<queue>}:unstarted
+-- KEYS[16] -> rtq:{<queue>}:pending
+-- KEYS[17] -> rtq:{<queue>}:retry
+-- KEYS[18..] -> rtq:{<queue>}:unique:<key>, one per task that has a unique key
 -- ARGV[1] -> now (ms)
 -- ARGV[2] -> worker id
 -- ARGV[3] -> counter TTL (s)
 -- ARGV[4] -> 1 to keep records for the ORM mirror, 0 not to
--- ARGV[5..] -> six per task: id, info JSON (or "<started>,<finished>" in epoch seconds
+-- ARGV[5..] -> seven per task: id, run number, info JSON (or "<started>,<finished>" in epoch seconds
 --              for a first attempt: the script writes its info), result JSON, retention (ms),
 --              index of its unique key in KEYS (0 = none), and for a workflow's child the
 --              command to its workflow up to its result ("" for other tasks)
 --
--- Returns: the number of tasks settled.
+-- Returns: the number of tasks settled (the others' results came late).
 local active, owner, state, msg, info, result, priority, completed, processed, finished =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local progress, commands, command = KEYS[11], KEYS[12], KEYS[13]
+local t = {runs = KEYS[14], state = state, active = active, owner = owner, unstarted = KEYS[15],
+  pending = KEYS[16], retry = KEYS[17]}
 local now, worker, counter_ttl, mirror = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4] == '1'
-local FIELDS = 6
+local FIELDS = 7
 local worker_json = cjson.encode(worker)
 
 -- The info of a first attempt that succeeded, from its start and finish times.
@@ -44,32 +51,31 @@ end
 local settled = 0
 for i = 5, #ARGV, FIELDS do
   local id = ARGV[i]
-  if redis.call('HGET', owner, id) == worker then
-    local retention, unique_index = tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
-    local info_json = ARGV[i + 1]
+  if take_for_settling(t, id, worker, ARGV[i + 1]) then
+    local info_json, result_json, notice = ARGV[i + 2], ARGV[i + 3], ARGV[i + 6]
+    local retention, unique_index = tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
     if (mirror or retention > 0) and string.sub(info_json, 1, 1) ~= '{' then
       info_json = first_attempt_info(info_json)
     end
-    redis.call('ZREM', active, id)
-    redis.call('HDEL', owner, id)
     if unique_index > 0 then release_unique(KEYS[unique_index], id) end
     if mirror then
-      buffer_finished(finished, id, 'succeeded', now, redis.call('HGET', msg, id), info_json, ARGV[i + 2])
+      buffer_finished(finished, id, 'succeeded', now, redis.call('HGET', msg, id), info_json, result_json)
     end
-    if ARGV[i + 5] ~= '' then
-      write_command(commands, command, 'child:' .. id, ARGV[i + 5] .. ARGV[i + 2] .. '}', now)
+    if notice ~= '' then
+      write_command(commands, command, 'child:' .. id, notice .. result_json .. '}', now)
     end
     redis.call('HDEL', progress, id)
     if retention > 0 then
       redis.call('HSET', state, id, 'completed')
       redis.call('HSET', info, id, info_json)
-      redis.call('HSET', result, id, ARGV[i + 2])
+      redis.call('HSET', result, id, result_json)
       redis.call('ZADD', completed, now + retention, id)
     else
       redis.call('HDEL', state, id)
       redis.call('HDEL', msg, id)
       redis.call('HDEL', info, id)
       redis.call('HDEL', priority, id)
+      redis.call('HDEL', t.runs, id)
     end
     settled = settled + 1
   end

@@ -12,8 +12,9 @@
 -- KEYS[8] -> rtq:{<queue>}:owner
 -- KEYS[9] -> rtq:{<queue>}:idle
 -- KEYS[10] -> rtq:{<queue>}:paused
--- KEYS[11..] -> rtq:{<queue>}:unique:<key>, one per task that has a unique key
--- ARGV[1] -> now (ms)
+-- KEYS[11] -> rtq:{<queue>}:runs
+-- KEYS[12..] -> rtq:{<queue>}:unique:<key>, one per task that has a unique key
+-- ARGV[1] -> now (ms; 0 = the server's clock)
 -- ARGV[2] -> wake channel
 -- ARGV[3] -> hand-off channel prefix: a worker's channel is this followed by its id
 -- ARGV[4] -> lease (ms) of a task handed to a worker
@@ -21,7 +22,7 @@
 --              index of its unique key in KEYS (0 = none), unique lock TTL (ms; 0 = none)
 --
 -- Returns: {0} when written; {1, i} when task i's id exists; {2, i} when task i's lock is held.
-local q = enqueue_context()
+local q = enqueue_context(KEYS[11])
 local FIRST, FIELDS = 5, 6
 
 local seen, locked = {}, {}

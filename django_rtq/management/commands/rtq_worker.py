@@ -76,7 +76,9 @@ class Command(BaseCommand):
             "shutdown_timeout": options["shutdown_timeout"],
         }
         if options["processes"] == 1:
-            Worker(**worker_options).run()
+            status = Worker(**worker_options).run()
+            if status:
+                sys.exit(status)
         else:
             timeout = (
                 conf.SHUTDOWN_TIMEOUT if options["shutdown_timeout"] is None else options["shutdown_timeout"]
