@@ -486,7 +486,9 @@ def test_fail_refuses_a_task_the_worker_does_not_hold(any_broker: Broker):
     assert counter(any_broker, EMAILS, "failed") == 0
 
 
-def recover(broker: Broker, queue: str, *, grace_ms: int = 0, max_recoveries: int = 5) -> list[tuple[str, str]]:
+def recover(
+    broker: Broker, queue: str, *, grace_ms: int = 0, max_recoveries: int = 5
+) -> list[tuple[str, str]]:
     return broker.recover(queue, grace_ms=grace_ms, max_recoveries=max_recoveries)
 
 
@@ -575,11 +577,17 @@ def test_extend_leases_extends_only_the_owners_tasks(any_broker: Broker, clock: 
     claim(any_broker, BILLING, worker=OTHER_WORKER)
     clock.advance(10)
 
-    extended = any_broker.extend_leases(BILLING, [(mine[0], True), (mine[1], True), (theirs, True)], worker_id=WORKER)
+    extended = any_broker.extend_leases(
+        BILLING, [(mine[0], True), (mine[1], True), (theirs, True)], worker_id=WORKER
+    )
 
     assert extended == 2
     leases = scores_in(any_broker, BILLING, TaskState.ACTIVE)
-    assert leases == {mine[0]: clock.ms(LEASE_SECONDS), mine[1]: clock.ms(LEASE_SECONDS), theirs: clock.ms(LEASE_SECONDS - 10)}
+    assert leases == {
+        mine[0]: clock.ms(LEASE_SECONDS),
+        mine[1]: clock.ms(LEASE_SECONDS),
+        theirs: clock.ms(LEASE_SECONDS - 10),
+    }
 
 
 def test_prefetched_tasks_are_unstarted_until_their_start_is_reported(any_broker: Broker, clock: FakeClock):

@@ -313,7 +313,12 @@ def recoverer(broker, max_recoveries=5):
     from django_rtq.worker.recoverer import Recoverer
 
     return Recoverer(
-        broker=broker, queues=["default"], interval=1, grace=0, max_recoveries=max_recoveries, settle_seconds=0
+        broker=broker,
+        queues=["default"],
+        interval=1,
+        grace=0,
+        max_recoveries=max_recoveries,
+        settle_seconds=0,
     )
 
 

@@ -396,8 +396,9 @@ class Processor:
         while it has no room.
         """
         claimed: list[ClaimedTask] = []
-        # Long enough to outlast the idle wait before the next claim renews it.
-        idle_for_ms = int((2 * self.idle_wait + 1) * 1000) if self.broker.hands_off else 0
+        # Long enough to outlast the idle wait before the next claim renews it; only a worker
+        # with a free thread is handed tasks, which start at once.
+        idle_for_ms = int((2 * self.idle_wait + 1) * 1000) if self.broker.hands_off and start_now else 0
         registered = []
         for queue in self.queue_order() if len(self.queues) > 1 else self.queues:
             wanted = limit - len(claimed)

@@ -74,6 +74,40 @@ def block(name, seconds=30.0):
     return "timeout"
 
 
+@task(max_retries=0)
+def hold(name, seconds=30.0):
+    """Like `block`; on leaving, however it leaves, report the task's state in Redis then."""
+    from django_rtq import current_task, get_broker
+
+    me = current_task()
+    report(f"{name}:started", "1")
+    try:
+        deadline = time.time() + seconds
+        while time.time() < deadline and not client().get(report_key(f"release:{name}")):
+            time.sleep(0.01)
+    finally:
+        broker = get_broker()
+        report(f"{name}:left", broker.client.hget(broker.queue(me.queue).state, me.id) or "gone")
+
+
+@task(max_retries=0)
+def sleep_in_c(name, seconds):
+    """Block in one C call (no timeout): nothing interrupts it before it returns."""
+    report(f"{name}:started", "1")
+    time.sleep(seconds)
+    report(name, "woke")
+
+
+def _broken_backoff(retried, exc):
+    raise ZeroDivisionError("a broken backoff")
+
+
+@task(max_retries=1, retry_backoff=_broken_backoff)
+def fails_with_a_broken_backoff(name):
+    report(name, "ran")
+    raise ValueError("it fails")
+
+
 @task(max_retries=0, timeout=0.3)
 def spin(name):
     """Run Python code past its timeout."""
