@@ -17,8 +17,8 @@ from django_rtq.connection import get_broker, reset_broker
 from django_rtq.exceptions import BrokerUnavailable
 from django_rtq.worker.server import Worker
 from tests.conftest import wait_for
-from tests.testapp import tasks
 from tests.test_worker import reports, wait_state
+from tests.testapp import tasks
 
 
 def started(redis_client, name):
