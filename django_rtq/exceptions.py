@@ -45,10 +45,6 @@ class TaskCancelled(RTQError):
     """The task was cancelled while it ran."""
 
 
-class LeaseExpired(RTQError):
-    """The worker running the task stopped renewing its lease (it died or lost Redis)."""
-
-
 class LeaseLost(RTQError):
     """Raised in a running handler whose worker could not renew its lease in time: another
     worker may take the task, so this one stops it."""
