@@ -193,5 +193,4 @@ def any_broker(request: pytest.FixtureRequest, clock: FakeClock) -> Broker:
     """A broker on the standalone Redis, then on the cluster, reading time from `clock`."""
     broker = request.getfixturevalue("broker" if request.param == "standalone" else "cluster_broker")
     broker.clock = clock
-    broker.server_clock = False  # leases too are reckoned on `clock`
     return broker

@@ -41,6 +41,7 @@ class Job:
     async_task: asyncio.Task | None = None
     interrupt_error: BaseException | None = None
     settle: bool = True  # False once the task is no longer this worker's to settle
+    claimed_at: float = 0.0  # time.monotonic() when the claim that leased it was sent
 
     @property
     def id(self) -> str:

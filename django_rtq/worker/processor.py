@@ -111,9 +111,10 @@ class Processor:
         self._work: queue_module.SimpleQueue[Job | None] = queue_module.SimpleQueue()
         self._outcomes: queue_module.SimpleQueue[Outcome | None] = queue_module.SimpleQueue()
         self._stopping = threading.Event()
-        # When (monotonic) the leases this worker holds may run out: LEASE_SAFETY short of a
-        # lease after the heartbeater's last renewal was sent.
-        self._lease_deadline = time.monotonic() + self.lease_seconds * (1 - LEASE_SAFETY)
+        # How long (seconds) a lease is relied on after the request that set it was sent, and
+        # when (monotonic) the heartbeater's last successful renewal was sent.
+        self._lease_budget = self.lease_seconds * (1 - LEASE_SAFETY)
+        self._renewed_at = time.monotonic()
         self._threads: list[threading.Thread] = []
         # The fetcher listens, while idle, for wake-ups and for tasks handed to it at enqueue.
         self._handoff_queues = {broker.queue(name).handoff_channel(worker_id): name for name in self.queues}
@@ -242,7 +243,7 @@ class Processor:
 
     def lease_extended(self, sent_at: float) -> None:
         """Note that the leases were renewed by a request sent at `sent_at` (time.monotonic())."""
-        self._lease_deadline = max(self._lease_deadline, sent_at + self.lease_seconds * (1 - LEASE_SAFETY))
+        self._renewed_at = max(self._renewed_at, sent_at)
 
     def dead_threads(self) -> list[str]:
         """Names of the processor's own threads that died although it is not stopping."""
@@ -300,10 +301,11 @@ class Processor:
             while self._waker.listen(0) is not None:
                 pass  # wake-ups that came while we were busy: we are about to claim anyway
             try:
+                claimed_at = time.monotonic()
                 claimed = self._claim(free, start_now)
                 failures = 0
                 if claimed:
-                    self._dispatch(claimed)
+                    self._dispatch(claimed, claimed_at)
                 if len(claimed) == free or (claimed and self.burst):
                     continue  # the queues may hold more
                 if self.burst and not claimed and self._is_drained():
@@ -355,7 +357,8 @@ class Processor:
         with self._cond:
             has_room = self._in_flight < self.concurrency and not self._stopping.is_set()
         if has_room:
-            self._dispatch([claimed])
+            # Its lease was set at enqueue, a moment before the message arrived: count from earlier.
+            self._dispatch([claimed], time.monotonic() - self._lease_budget / 4)
             return
         try:  # it came as this worker filled up: another worker will run it
             self.broker.requeue(queue, [task_id], worker_id=self.worker_id)
@@ -418,11 +421,14 @@ class Processor:
             self.broker.leave_idle(registered, worker_id=self.worker_id)
         return claimed
 
-    def _dispatch(self, batch: list[ClaimedTask]) -> None:
+    def _dispatch(self, batch: list[ClaimedTask], claimed_at: float) -> None:
+        """Take in claimed tasks whose leases were set by a request sent at `claimed_at` (monotonic)."""
         jobs, failures = [], []
         for claimed in batch:
             try:
-                jobs.append(self._job(claimed))
+                job = self._job(claimed)
+                job.claimed_at = claimed_at
+                jobs.append(job)
             except Exception as exc:
                 message = exc.message if isinstance(exc, Unrunnable) else None
                 failures.append(
@@ -611,8 +617,8 @@ class Processor:
         while not self._stopping.wait(WATCHDOG_INTERVAL):
             try:
                 now = time.monotonic()
-                if now > self._lease_deadline:
-                    self._lose_leases()
+                if now - self._renewed_at > self._lease_budget:
+                    self._lose_leases(now)
                 with self._cond:
                     overdue = [
                         job
@@ -624,11 +630,17 @@ class Processor:
             except Exception:
                 logger.exception("the watchdog's pass failed")
 
-    def _lose_leases(self) -> None:
-        """The leases could not be renewed for almost a lease: stop every task before another
-        worker may take it, and settle none of them (the recoverer gives them back)."""
+    def _lose_leases(self, now: float) -> None:
+        """The leases could not be renewed for almost a lease: stop every task whose lease may
+        run out (neither renewed nor claimed since) before another worker may take it, and
+        settle none of them (the recoverer gives them back)."""
         with self._cond:
-            jobs = [job for job in self._jobs() if job.state in (JobState.QUEUED, JobState.RUNNING)]
+            jobs = [
+                job
+                for job in self._jobs()
+                if job.state in (JobState.QUEUED, JobState.RUNNING)
+                and now - max(job.claimed_at, self._renewed_at) > self._lease_budget
+            ]
             if not jobs:
                 return
             running = [job for job in jobs if job.state is JobState.RUNNING]
