@@ -576,6 +576,22 @@ def test_tasks_that_moved_meanwhile_are_reported_skipped(broker, superuser_clien
     ]
 
 
+def test_running_a_finished_workflow_again_is_refused_with_a_message(broker, inspector, superuser_client):
+    from django_rtq.workflows import group
+
+    workflow_id = group(testapp_tasks.block.si("never-runs")).enqueue()
+    assert inspector.cancel(workflow_id) == 1
+    data = action("archived", "run", [workflow_id], queue="default")
+
+    response = confirm(superuser_client, ACTION_URL, data)
+
+    assert response.status_code == 302
+    assert messages_of(response) == [
+        f"Task {workflow_id!r} is a workflow, and a finished workflow cannot be run again: enqueue it anew."
+    ]
+    assert workflow_id in ids_in(broker, "default", S.ARCHIVED)
+
+
 def test_actions_a_state_does_not_allow_are_refused(broker, superuser_client):
     ids = make_tasks(broker, S.ARCHIVED, Q)
     [active] = make_tasks(broker, S.ACTIVE, Q)

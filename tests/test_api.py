@@ -389,6 +389,20 @@ def test_a_waiting_workflow_shows_its_progress_and_can_be_cancelled_or_deleted(a
     assert api.get(f"{API}tasks/{second}/").status_code == 404
 
 
+def test_running_a_finished_workflow_again_is_a_conflict(api, inspector):
+    from django_rtq.workflows import group
+    from tests.testapp.wf_tasks import mark
+
+    workflow_id = group(mark.s("api-wf", 4)).enqueue()
+    assert api.post(f"{API}tasks/{workflow_id}/cancel/").status_code == 202
+
+    response = api.post(f"{API}tasks/{workflow_id}/run/")
+
+    assert response.status_code == 409
+    assert "a finished workflow cannot be run again" in response.json()["detail"]
+    assert state_of(inspector, workflow_id) == TaskState.ARCHIVED
+
+
 # Queues
 
 

@@ -687,7 +687,7 @@ def test_purge_as_json(rtq: Broker):
     assert run_json("rtq_purge", SEARCH, "--noinput") == {
         "queue": SEARCH,
         "purged": True,
-        "deleted": {"scheduled": 0, "retry": 0, "pending": 1, "archived": 0, "completed": 0},
+        "deleted": {"waiting": 0, "scheduled": 0, "retry": 0, "pending": 1, "archived": 0, "completed": 0},
         "total": 1,
         "active_left": 0,
     }
@@ -702,7 +702,7 @@ def test_purge_asks_first(rtq: Broker, monkeypatch, answer: str):
 
     assert output.startswith(
         "This will delete every task of queue 'emails' that is not active "
-        "(2 scheduled, 2 retry, 3 pending, 1 archived, 1 completed).\n"
+        "(0 waiting, 2 scheduled, 2 retry, 3 pending, 1 archived, 1 completed).\n"
     )
     if answer == "yes":
         assert "Deleted 9 tasks" in output and ids_in(rtq, EMAILS, S.PENDING) == []

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import logging
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
-from django_rtq.broker import Broker, TaskState
+from django_rtq.broker import Broker, TaskState, workflow
 from django_rtq.broker import inspect as inspect_module
 from django_rtq.broker.broker import utc_day
-from django_rtq.broker.inspect import Inspector, QueueStats
+from django_rtq.broker.inspect import CANCELLED, Inspector, QueueStats
 from django_rtq.exceptions import InvalidStateTransition, TaskNotFound
 from tests.cluster import FakeClock
 from tests.test_broker import (
@@ -246,6 +249,133 @@ def test_delete_removes_tasks_in_any_state_but_active(inspector: Inspector):
     assert [inspector.count(EMAILS, state) for state in S] == [int(state == S.ACTIVE) for state in S]
 
 
+# Ending tasks by hand: each records why, feeds the ORM mirror and tells its workflow
+
+
+def buffered(broker: Broker, queue: str, task_id: str) -> dict[str, Any] | None:
+    """The task's record in the ORM mirror's buffer (see buffer_finished in _lib.lua), if any."""
+    raw = broker.client.hget(broker.queue(queue).finished, task_id)
+    return json.loads(raw) if raw else None
+
+
+def by_hand(reason: str, at: float) -> dict[str, Any]:
+    return {"error_type": CANCELLED, "error": reason, "traceback": "", "failed_at": at}
+
+
+def test_archive_records_the_reason_and_feeds_the_mirror(inspector: Inspector, clock: FakeClock, monkeypatch):
+    broker = inspector.broker
+    [retrying] = make_tasks(broker, S.RETRY, EMAILS)
+    [pending] = make_tasks(broker, S.PENDING, EMAILS)  # after: making the other claims pending tasks
+    attempts = {"retried": 1, "worker": WORKER, "errors": [{"type": "ValueError", "message": "boom"}]}
+    inspector.client.hset(broker.queue(EMAILS).info, retrying, json.dumps(attempts))
+    monkeypatch.setattr(broker, "mirror", True)
+    clock.advance(5)
+
+    assert inspector.archive(EMAILS, [pending, retrying]) == 2
+
+    reason = by_hand("archived by hand", clock.now)
+    assert inspector.get_task(pending).info == reason
+    assert inspector.get_task(retrying).info == {**attempts, **reason}  # its attempts are kept
+    for task_id in (pending, retrying):
+        record = buffered(broker, EMAILS, task_id)
+        assert (record["status"], record["msg"]["id"]) == ("failed", task_id)
+        assert record["finished_at"] == clock.ms()
+        assert record["info"] == inspector.get_task(task_id).info
+
+
+def test_deleting_a_task_that_had_not_finished_records_why_for_the_mirror(
+    inspector: Inspector, clock: FakeClock, monkeypatch
+):
+    broker = inspector.broker
+    made = make_each(broker, {S.PENDING: 1, S.SCHEDULED: 1, S.RETRY: 1, S.ARCHIVED: 1, S.COMPLETED: 1})
+    monkeypatch.setattr(broker, "mirror", True)
+
+    assert inspector.delete(EMAILS, [task_id for ids in made.values() for task_id in ids]) == 5
+
+    for state, [task_id] in made.items():
+        record = buffered(broker, EMAILS, task_id)
+        if state in (S.PENDING, S.SCHEDULED, S.RETRY):
+            assert record["status"] == "failed"
+            assert {k: record["info"][k] for k in ("error_type", "error")} == {
+                "error_type": CANCELLED,
+                "error": "deleted by hand",
+            }
+        else:  # recorded (or not, the mirror being off) when it finished
+            assert record is None
+        assert holds_columns(broker, EMAILS, task_id) == []
+    assert [inspector.count(EMAILS, state) for state in S] == [0] * len(S)
+
+
+def test_with_the_mirror_off_tasks_ended_by_hand_are_not_buffered(inspector: Inspector):
+    broker = inspector.broker
+    archived, deleted = make_tasks(broker, S.PENDING, EMAILS, count=2)
+
+    assert (inspector.archive(EMAILS, [archived]), inspector.delete(EMAILS, [deleted])) == (1, 1)
+
+    assert inspector.client.hlen(broker.queue(EMAILS).finished) == 0
+    assert inspector.get_task(archived).last_error == "archived by hand"
+
+
+@pytest.mark.parametrize(
+    ("action", "reason"), [("archive", "archived by hand"), ("delete", "deleted by hand")]
+)
+def test_a_workflow_child_ended_by_hand_tells_its_workflow(inspector: Inspector, action: str, reason: str):
+    broker = inspector.broker
+    [child] = enqueue(broker, EMAILS, parent="wf-1", parent_queue=BILLING, position=3)
+
+    assert getattr(inspector, action)(EMAILS, [child]) == 1
+
+    [(cmd_id, body)] = workflow.take_commands(broker, EMAILS)
+    assert cmd_id == f"child:{child}"
+    assert json.loads(body) == {
+        "type": "child", "to": "wf-1", "to_queue": BILLING, "pos": 3, "child": child, "ok": False,
+        "error": {"type": CANCELLED, "message": reason, "traceback": ""},
+    }  # fmt: skip
+
+
+def finished_workflows(broker: Broker, count: int) -> list[str]:
+    """Make `count` workflows of EMAILS and cancel them: archived, finished."""
+    ids = make_tasks(broker, S.WAITING, EMAILS, count=count)
+    for workflow_id in ids:
+        assert workflow.cancel_workflow(broker, EMAILS, workflow_id, error_type=CANCELLED, message="x")
+    return ids
+
+
+def test_run_now_refuses_a_finished_workflow(inspector: Inspector):
+    broker = inspector.broker
+    [finished] = finished_workflows(broker, 1)
+    [task_id] = make_tasks(broker, S.ARCHIVED, EMAILS)
+
+    with pytest.raises(InvalidStateTransition, match="a finished workflow cannot be run again"):
+        inspector.run_now(EMAILS, [finished])
+    assert inspector.run_now(EMAILS, [finished, task_id]) == 1  # among other tasks, it is skipped
+    qk = broker.queue(EMAILS)
+    keys = [qk.state, qk.priority, qk.pending, qk.seq, qk.scheduled, qk.retry, qk.archived, qk.msg]
+    assert broker.run_script("run_now", keys, [qk.wake_channel, finished]) == 0  # the script refuses too
+
+    assert ids_in(broker, EMAILS, S.ARCHIVED) == [finished]
+    assert ids_in(broker, EMAILS, S.PENDING) == [task_id]
+
+
+def test_run_all_skips_workflows_page_by_page(inspector: Inspector, clock: FakeClock, monkeypatch, caplog):
+    monkeypatch.setattr(inspect_module, "BULK_PAGE", 2)
+    broker = inspector.broker
+    workflows, tasks = [], []
+    for kind in "wwtwtt":  # archived in this order, a second apart
+        clock.advance(1)
+        if kind == "w":
+            workflows += finished_workflows(broker, 1)
+        else:
+            tasks += make_tasks(broker, S.ARCHIVED, EMAILS)
+
+    with caplog.at_level(logging.WARNING, logger=inspect_module.__name__):
+        assert inspector.run_all(EMAILS, S.ARCHIVED) == 3
+
+    assert ids_in(broker, EMAILS, S.ARCHIVED) == workflows
+    assert sorted(ids_in(broker, EMAILS, S.PENDING)) == sorted(tasks)
+    assert "3 workflows skipped" in caplog.text
+
+
 # Acting on a whole state
 
 
@@ -302,18 +432,22 @@ def test_a_bulk_action_refuses_a_state_it_does_not_apply_to(
 
 def test_purge_deletes_every_task_but_the_active_ones_page_by_page(inspector: Inspector, monkeypatch):
     monkeypatch.setattr(inspect_module, "BULK_PAGE", 2)
-    sizes = {S.SCHEDULED: 3, S.RETRY: 2, S.ARCHIVED: 3, S.COMPLETED: 1, S.ACTIVE: 2, S.PENDING: 5}
+    sizes = {
+        S.SCHEDULED: 3, S.RETRY: 2, S.ARCHIVED: 3, S.COMPLETED: 1, S.ACTIVE: 2, S.PENDING: 5, S.WAITING: 3,
+    }  # fmt: skip
     made = make_each(inspector.broker, sizes, queue=SEARCH)
     [bystander] = make_tasks(inspector.broker, S.PENDING, BILLING)
 
     deleted = inspector.purge(SEARCH)
 
     assert deleted == {state: count for state, count in sizes.items() if state != S.ACTIVE}
-    assert list(deleted) == [S.SCHEDULED, S.RETRY, S.PENDING, S.ARCHIVED, S.COMPLETED]
+    assert list(deleted) == [S.WAITING, S.SCHEDULED, S.RETRY, S.PENDING, S.ARCHIVED, S.COMPLETED]
     assert {state: inspector.count(SEARCH, state) for state in S} == {s: int(s == S.ACTIVE) * 2 for s in S}
     for state, ids in made.items():
         for task_id in ids:
             assert bool(holds_columns(inspector.broker, SEARCH, task_id)) == (state == S.ACTIVE)
+    qk = inspector.broker.queue(SEARCH)
+    assert not any(inspector.client.exists(qk.workflow(i), qk.workflow_results(i)) for i in made[S.WAITING])
     assert ids_in(inspector.broker, BILLING, S.PENDING) == [bystander]
 
 

@@ -4,12 +4,17 @@ failure and cancellation, commands applied twice, and a worker SIGKILLed mid-wor
 from __future__ import annotations
 
 import json
+import re
 import signal
+import time
+from datetime import timedelta
 
 import pytest
 
 from django_rtq.broker import TaskState
-from django_rtq.broker.workflow import child_outcome, take_commands
+from django_rtq.broker.scripts import LUA_DIR
+from django_rtq.broker.workflow import WORKFLOW_TASKS, child_outcome, take_commands
+from django_rtq.exceptions import InvalidStateTransition, InvalidTask
 from django_rtq.workflows import apply_due, chain, chord, group, iterator, map_reduce
 from django_rtq.workflows.commands import apply_command
 from tests.conftest import wait_for
@@ -293,3 +298,148 @@ def test_a_frozen_chunk_is_stopped_by_its_timeout_and_retried(inspector, run_wor
     frozen = inspector.get_task(f"{workflow_id}.1.2")  # the chunk [20..29], kept for its retention
     assert frozen.state == TaskState.COMPLETED and frozen.retried == 1
     assert frozen.info["errors"][0]["type"].endswith("TaskTimeout")
+
+
+# Ending a workflow's children and the workflows themselves by hand
+
+
+def test_a_child_deleted_by_hand_fails_its_workflow(inspector, broker):
+    workflow_id = group(mark.s("deleted-child", 1), mark.s("deleted-child", 2), retention=KEEP).enqueue()
+    assert inspector.delete("default", [f"{workflow_id}.0"]) == 1
+    apply_due(broker, ["default"])
+    failed = inspector.get_task(workflow_id)
+    assert failed.state == TaskState.ARCHIVED
+    assert failed.last_error == f"child {workflow_id}.0 failed: deleted by hand"
+    assert failed.info["failed_child"] == f"{workflow_id}.0"
+    cancelled = inspector.get_task(f"{workflow_id}.1")  # its other child, not started: cancelled
+    assert cancelled.state == TaskState.ARCHIVED
+    assert cancelled.last_error == f"its workflow {workflow_id!r} failed or was cancelled"
+
+
+def test_purging_a_queue_fails_its_waiting_workflows_and_tells_their_parents(inspector, broker, redis_client):
+    # A chain in "default" whose first step is a group waiting in "low", with its children in "default".
+    inner = group(mark.s("purged", 1), mark.s("purged", 2), queue="low")
+    workflow_id = chain(inner, total.s(), queue="default", retention=KEEP).enqueue()
+    group_id, children = f"{workflow_id}.0", [f"{workflow_id}.0.0", f"{workflow_id}.0.1"]
+    assert inspector.get_task(group_id, "low").state == TaskState.WAITING
+    assert [inspector.get_task(c).state for c in children] == [TaskState.PENDING] * 2
+    # And a group in "default" whose children wait in "low".
+    in_low = [mark.s("purged", n).using(queue="low") for n in (3, 4)]
+    other_id = group(*in_low, queue="default").enqueue()
+
+    deleted = inspector.purge("low")
+
+    assert (deleted[TaskState.WAITING], deleted[TaskState.PENDING], sum(deleted.values())) == (1, 2, 3)
+    assert inspector.count("low", TaskState.WAITING) == 0
+    assert not redis_client.exists(broker.queue("low").workflow(group_id))
+    apply_due(broker, ["low", "default"])
+    parent = inspector.get_task(workflow_id)
+    assert parent.state == TaskState.ARCHIVED
+    assert parent.last_error == f"child {group_id} failed: deleted by hand"
+    for child in children:  # in another queue: cancelled by the group's cancel command
+        task = inspector.get_task(child)
+        assert task.state == TaskState.ARCHIVED
+        assert task.last_error == f"its workflow {group_id!r} failed or was cancelled"
+    other = inspector.get_task(other_id)  # its children, deleted, failed it
+    assert other.state == TaskState.ARCHIVED
+    assert other.last_error == f"child {other_id}.0 failed: deleted by hand"
+    for queue in ("low", "default"):
+        assert redis_client.zcard(broker.queue(queue).commands) == 0
+    assert not list(redis_client.scan_iter(match=f"*:wf:{workflow_id}*"))
+
+
+def test_a_finished_workflow_cannot_be_run_again(inspector, broker):
+    workflow_id = group(mark.s("run-again", 1)).enqueue()
+    inspector.cancel(workflow_id)
+    apply_due(broker, ["default"])  # its child is archived too
+    assert inspector.get_task(workflow_id).state == TaskState.ARCHIVED
+
+    with pytest.raises(InvalidStateTransition, match="a finished workflow cannot be run again"):
+        inspector.run_now("default", [workflow_id])
+    assert inspector.run_all("default", TaskState.ARCHIVED) == 1  # its child, not the workflow
+
+    assert inspector.get_task(workflow_id).state == TaskState.ARCHIVED
+    assert inspector.get_task(f"{workflow_id}.0").state == TaskState.PENDING
+
+
+def test_the_lua_helpers_know_every_workflow_task_name():
+    lib = (LUA_DIR / "_lib.lua").read_text()
+    block = re.search(r"local WORKFLOW_TASKS = \{(.*?)\n\}", lib, re.DOTALL).group(1)
+    assert set(re.findall(r"\['([\w.]+)'\] = true", block)) == WORKFLOW_TASKS
+
+
+# Postponed workflows
+
+
+def at(broker, monkeypatch, seconds_from_now):
+    """Move the broker's clock (which says when commands are due) `seconds_from_now` ahead."""
+    monkeypatch.setattr(broker, "clock", lambda: time.time() + seconds_from_now)
+
+
+def test_a_postponed_map_reduce_waits_in_its_stage_then_maps(inspector, broker, run_worker, monkeypatch):
+    workflow = map_reduce(split.s(40, 10), chunk_sum.s(), total.s(), retention=KEEP)
+    before = time.time()
+    workflow_id = workflow.using(delay=timedelta(minutes=5)).enqueue()
+
+    postponed = inspector.get_task(workflow_id)
+    assert postponed.state == TaskState.WAITING and postponed.workflow["stage"] == "postponed"
+    assert "start" not in postponed.workflow  # its first activation, kept until then, is not shown
+    assert before + 300 - 0.001 <= postponed.message.process_at <= time.time() + 300  # to the ms
+    assert postponed.workflow["start_at"] == int(postponed.message.process_at * 1000)
+    at(broker, monkeypatch, 299)
+    assert apply_due(broker, ["default"]) == 0  # not yet: nothing started
+    assert inspector.count("default", TaskState.PENDING) == 0
+
+    at(broker, monkeypatch, 301)
+    assert apply_due(broker, ["default"]) == 2  # its start, then the map step's activation
+    started = inspector.get_task(workflow_id)
+    assert started.workflow["stage"] == "mapping"
+    assert inspector.get_task(f"{workflow_id}.0").state == TaskState.PENDING  # the map step
+    with run_worker(queues=QUEUES):
+        done = finished(inspector, workflow_id)
+    assert done.state == TaskState.COMPLETED and done.result == sum(range(40))
+
+
+def test_a_worker_starts_a_postponed_workflow_when_its_time_comes(inspector, run_worker):
+    start_at = time.time() + 1.5
+    steps = add.s(2, 3).using(retention=KEEP), mul.s(10)
+    workflow_id = chain(*steps, retention=KEEP).using(process_at=start_at).enqueue()
+    with run_worker(queues=QUEUES):
+        assert inspector.get_task(workflow_id).workflow["stage"] == "postponed"
+        done = finished(inspector, workflow_id)
+    assert done.state == TaskState.COMPLETED and done.result == 50
+    assert inspector.get_task(f"{workflow_id}.0").message.enqueued_at >= start_at - 0.001
+
+
+def test_a_postponed_workflow_cancelled_before_its_time_never_starts(
+    inspector, broker, monkeypatch, redis_client
+):
+    workflow_id = group(mark.s("never", 1), mark.s("never", 2)).using(delay=60).enqueue()
+    assert inspector.cancel(workflow_id) == 1
+    assert inspector.get_task(workflow_id).state == TaskState.ARCHIVED
+    at(broker, monkeypatch, 61)
+    apply_due(broker, ["default"])  # its start command, now a no-op; and no cancel command was written
+    assert inspector.count("default", TaskState.PENDING) == 0
+    assert inspector.get_task(workflow_id).state == TaskState.ARCHIVED
+    assert redis_client.zcard(broker.queue("default").commands) == 0
+
+
+def test_a_nested_workflow_can_be_postponed_too(inspector, broker, monkeypatch):
+    workflow_id = chain(add.s(1, 1), group(mul.s(2), mul.s(3)).using(delay=60)).enqueue()
+    child_outcome(broker, "default", workflow_id, cmd_id="c0", position=0, ok=True, payload_json="2")
+    apply_due(broker, ["default"])
+    nested = inspector.get_task(f"{workflow_id}.1")
+    assert nested.state == TaskState.WAITING and nested.workflow["stage"] == "postponed"
+    assert inspector.count("default", TaskState.PENDING) == 1  # the first step's entry only
+    at(broker, monkeypatch, 61)
+    apply_due(broker, ["default"])
+    assert "stage" not in inspector.get_task(f"{workflow_id}.1").workflow  # a group has no stages
+    assert inspector.get_task(f"{workflow_id}.1.0").message.args == [2, 2]
+
+
+def test_a_workflow_takes_a_delay_or_a_process_at_not_both():
+    with pytest.raises(InvalidTask, match="not both"):
+        chain(add.s(1, 2)).using(delay=1, process_at=time.time() + 1)
+    with pytest.raises(InvalidTask, match="delay"):
+        group(add.s(1, 2)).using(delay=-1)
+    assert "delay" not in chain(add.s(1, 2)).using(delay=5).using().node()

@@ -17,6 +17,7 @@ from django.views.decorators.http import require_POST
 
 from ..broker import TaskState
 from ..broker.inspect import Inspector
+from ..exceptions import InvalidStateTransition
 from .common import admin_url, live_view, page_context, plural, queue_names, safe_next, task_url
 
 #: Tasks named on a confirmation page; more are counted, not listed.
@@ -122,7 +123,11 @@ def task_action(request: HttpRequest, model_admin: ModelAdmin, inspector: Inspec
         count = action.act_all(inspector, queue, state)
         messages.success(request, f"{plural(count, f'{state} task')} of queue {queue!r} {action.done}.")
         return HttpResponseRedirect(back)
-    count = action.act(inspector, queue, task_ids)
+    try:
+        count = action.act(inspector, queue, task_ids)
+    except InvalidStateTransition as exc:  # say, running a finished workflow again
+        messages.error(request, str(exc))
+        return HttpResponseRedirect(back)
     if action.name == "cancel":
         report_cancel(request, task_ids, count)
     else:

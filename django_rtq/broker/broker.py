@@ -131,14 +131,24 @@ class Broker:
         self.hands_off = not isinstance(client, redis.cluster.RedisCluster)
         self.lease_ms = int(lease_seconds * 1000)
         self.keys = Keyspace(prefix)
-        self.clock = clock or time.time
-        self.server_clock = clock is None
+        self._clock = clock or time.time
+        self.server_clock = clock is None  # leases reckoned on the Redis server's clock
         self.counter_ttl = int(counter_ttl)
         self.scripts = load_scripts()
         self._known_queues: set[str] = set()
 
+    @property
+    def clock(self) -> Callable[[], float]:
+        return self._clock
+
+    @clock.setter
+    def clock(self, clock: Callable[[], float]) -> None:
+        """Use another clock (a test's): leases too are then reckoned on it."""
+        self._clock = clock
+        self.server_clock = False
+
     def now_ms(self) -> int:
-        return int(self.clock() * 1000)
+        return int(self._clock() * 1000)
 
     def clock_arg(self) -> int:
         """The `now` argument of a script that reckons leases: 0 for the server's clock."""

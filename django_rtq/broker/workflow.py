@@ -15,6 +15,11 @@ from typing import Any
 
 from .broker import Broker
 
+#: The task name of each kind of workflow (a workflow is a task of its queue in the `waiting`
+#: state; see django_rtq/workflows/planner.py). None is a runnable task type: a finished
+#: workflow is never moved to pending. `WORKFLOW_TASKS` in lua/_lib.lua lists the same names.
+WORKFLOW_TASK = {kind: f"django_rtq.{kind}" for kind in ("chain", "group", "map_reduce", "map", "iterator")}
+WORKFLOW_TASKS = frozenset(WORKFLOW_TASK.values())
 #: How long (ms) a slot remembers the commands it applied: far longer than a command waits
 #: between its application and its removal from its source.
 APPLIED_TTL_MS = 3600 * 1000
@@ -51,12 +56,12 @@ def activate(
     workflows: Sequence[dict[str, Any]] = (),
 ) -> int:
     """Enqueue tasks ([id, message JSON, priority, process-at ms]) and create workflows
-    ({"id", "msg", "fields": {...}, "commands": [[id, JSON], ...]}) in a queue, once per
-    `cmd_id` ("" to rely on the ids alone). Returns how many were written."""
+    ({"id", "msg", "fields": {...}, "commands": [[id, JSON(, due ms)], ...]}) in a queue, once
+    per `cmd_id` ("" to rely on the ids alone). Returns how many were written."""
     qk = broker.queue(queue)
     keys = [
         qk.msg, qk.state, qk.priority, qk.pending, qk.scheduled, qk.seq, qk.active, qk.owner,
-        qk.idle, qk.paused, qk.applied, qk.state_set("waiting"), qk.commands, qk.command,
+        qk.idle, qk.paused, qk.applied, qk.state_set("waiting"), qk.commands, qk.command, qk.runs,
     ]  # fmt: skip
     planned = []
     for workflow in workflows:
@@ -82,7 +87,7 @@ def _workflow_keys(broker: Broker, queue: str, workflow_id: str) -> list[str]:
     return [
         qk.workflow(workflow_id), qk.workflow_results(workflow_id), qk.applied, qk.commands,
         qk.command, qk.msg, qk.state, qk.state_set("waiting"), qk.completed, qk.archived,
-        qk.info, qk.result, qk.finished,
+        qk.info, qk.result, qk.finished, qk.priority, qk.progress, qk.runs,
     ]  # fmt: skip
 
 
@@ -117,6 +122,15 @@ def cancel_workflow(broker: Broker, queue: str, workflow_id: str, *, error_type:
     """Archive a waiting workflow as failed with this error, and cancel its unfinished children."""
     args = [broker.now_ms(), workflow_id, int(broker.mirror), error_type, message]
     return broker.run_script("wf_cancel", _workflow_keys(broker, queue, workflow_id), args) == 1
+
+
+def start_postponed(broker: Broker, queue: str, workflow_id: str, *, cmd_id: str) -> bool:
+    """Start a postponed workflow (its start command is due), once per `cmd_id`: its stage
+    moves on and its first children's activations are written. False if it was not postponed."""
+    qk = broker.queue(queue)
+    keys = [qk.workflow(workflow_id), qk.applied, qk.commands, qk.command, qk.state]
+    args = [broker.now_ms(), workflow_id, cmd_id, APPLIED_TTL_MS]
+    return broker.run_script("wf_start", keys, args) == 1
 
 
 def set_progress(broker: Broker, queue: str, task_id: str, done: float, total: float | None) -> None:

@@ -3,14 +3,25 @@ map/reduce and iterator. Each turns into a node: a JSON-able dict the planner re
 
 from __future__ import annotations
 
+import copy
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from ..broker import Broker
 from ..conf import get_settings
-from ..registry import CALL_OPTIONS, SCHEDULE_OPTIONS, TYPE_OPTIONS, TaskType, check_options
+from ..exceptions import InvalidTask
+from ..registry import (
+    CALL_OPTIONS,
+    SCHEDULE_OPTIONS,
+    TYPE_OPTIONS,
+    TaskType,
+    _instant,
+    _seconds,
+    check_options,
+)
 
 OnError = Literal["fail", "collect"]
 #: Per-call options a step may carry (the same as `TaskType.using` takes, but the task id:
@@ -73,6 +84,26 @@ class Signature(Node):
 class Workflow(Node):
     """A node with children of its own."""
 
+    # When it starts, as its node says: {"delay": seconds from its creation} or
+    # {"process_at": epoch seconds}; empty for at once. Set by `using`.
+    start: dict[str, float] = {}  # never changed in place: `using` replaces it
+
+    def using(self, *, delay: Any = None, process_at: Any = None) -> Self:
+        """This workflow, postponed: it waits (state `waiting`, stage `postponed`, no child
+        started) until `delay` has passed (seconds or a timedelta, from when it is created:
+        enqueued, or started by its own workflow) or until `process_at` (a datetime, a
+        timedelta from now, or epoch seconds), then starts its first children."""
+        if delay is not None and process_at is not None:
+            raise InvalidTask("Give delay or process_at, not both.")
+        postponed = copy.copy(self)
+        if delay is not None:
+            postponed.start = {"delay": _seconds(delay, "delay")}
+        elif process_at is not None:
+            postponed.start = {"process_at": _instant(process_at, "process_at", time.time())}
+        else:
+            postponed.start = {}
+        return postponed
+
 
 def _nodes(children: Sequence[Node]) -> list[dict[str, Any]]:
     for child in children:
@@ -108,7 +139,13 @@ class chain(Workflow):
 
     def node(self) -> dict[str, Any]:
         steps = _nodes(self.steps)
-        node = {"t": "chain", "steps": steps, "queue": _queue(self.queue, steps), "retention": self.retention}
+        node = {
+            "t": "chain",
+            "steps": steps,
+            "queue": _queue(self.queue, steps),
+            "retention": self.retention,
+            **self.start,
+        }
         if self.stages:
             node["stages"] = self.stages
         return node
@@ -144,6 +181,7 @@ class group(Workflow):
             "on_error": self.on_error,
             "queue": _queue(self.queue, children),
             "retention": self.retention,
+            **self.start,
         }
 
 
@@ -183,7 +221,8 @@ def map_reduce(
 ) -> chain:
     """Seed 000's map/reduce: `map` returns a list of chunks; each chunk runs as a call of
     `process` (chunk first), in parallel, with its own retries; `reduce` receives the list of
-    their results. The workflow's stage reads mapping, aggregating, then reducing."""
+    their results. The workflow's stage reads mapping, aggregating, then reducing (and first
+    postponed, until its time, when made with `.using(delay=...)` or `process_at=`)."""
     _check_on_error(on_error)
     workflow = chain(map, _each(process, on_error, queue), reduce, queue=queue, retention=retention)
     workflow.stages = ["mapping", "aggregating", "reducing"]
@@ -227,4 +266,5 @@ class iterator(Workflow):
             "window": self.window,
             "queue": queue,
             "retention": self.retention,
+            **self.start,
         }

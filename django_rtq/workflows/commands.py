@@ -1,12 +1,15 @@
 """Starting workflows and applying their commands (DESIGN.md principle 3, seed 001).
 
-Three commands exist, each written atomically in one queue's slot and applied to another:
+Four commands exist, each written atomically in one queue's slot and applied to another (or,
+for start, to the same one later):
 
 - activate: start a workflow's children (plan them, then enqueue or create them in their
   queues); written by the workflow's slot; applied once per target queue.
 - child: a child finished (result) or failed for good (error); written by the child's slot
   in the same script that settled it; applied once to its workflow's slot.
 - cancel: archive a failed or cancelled workflow's children that have not started.
+- start: a postponed workflow's time has come; written, due then, by the script that created
+  it; applied once to its own slot, where it writes the workflow's first activations.
 
 A command is removed from its source only after it was applied, and each application is
 recorded in the target slot, so a worker killed at any point leaves a command that another
@@ -21,8 +24,16 @@ from collections import defaultdict
 from typing import Any
 
 from ..broker import Broker
+from ..broker.inspect import CANCELLED, Inspector
 from ..broker.states import TaskState
-from ..broker.workflow import activate, cancel_workflow, child_outcome, commands_done, take_commands
+from ..broker.workflow import (
+    activate,
+    cancel_workflow,
+    child_outcome,
+    commands_done,
+    start_postponed,
+    take_commands,
+)
 from ..connection import get_broker
 from ..exceptions import BrokerUnavailable, TaskIdConflict
 from .planner import NO_INPUT, EmptyGroup, ParentRef, dumps, plan
@@ -87,6 +98,9 @@ def apply_command(broker: Broker, cmd_id: str, command: dict[str, Any]) -> set[s
         return _child(broker, cmd_id, command)
     if kind == "cancel":
         return _cancel(broker, command)
+    if kind == "start":
+        start_postponed(broker, command["queue"], command["workflow"], cmd_id=cmd_id)
+        return {command["queue"]}
     logger.error("dropping command %r of unknown type %r", cmd_id, kind)
     return set()
 
@@ -163,21 +177,15 @@ def _child(broker: Broker, cmd_id: str, command: dict[str, Any]) -> set[str]:
 def _cancel(broker: Broker, command: dict[str, Any]) -> set[str]:
     """Archive children that have not started; cancel children that are workflows themselves.
     Running children are left to finish: their outcome no longer changes anything."""
-    from ..broker.inspect import Inspector
-
     inspector = Inspector(broker)
+    reason = f"its workflow {command['workflow']!r} failed or was cancelled"
     for queue, ids in command["children"].items():
         states = broker.client.hmget(broker.queue(queue).state, ids)
         for child_id, state in zip(ids, states, strict=True):
             if state == TaskState.WAITING:
-                cancel_workflow(
-                    broker,
-                    queue,
-                    child_id,
-                    error_type="django_rtq.exceptions.TaskCancelled",
-                    message=f"its workflow {command['workflow']!r} failed or was cancelled",
-                )
-        inspector.archive(queue, [i for i, s in zip(ids, states, strict=True) if s in _NOT_STARTED])
+                cancel_workflow(broker, queue, child_id, error_type=CANCELLED, message=reason)
+        not_started = [i for i, s in zip(ids, states, strict=True) if s in _NOT_STARTED]
+        inspector.archive(queue, not_started, reason=reason)
     return set(command["children"])
 
 

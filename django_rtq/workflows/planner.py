@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..broker.message import TaskMessage
+from ..broker.workflow import WORKFLOW_TASK
 from ..conf import get_settings
 from ..exceptions import InvalidTask
 from ..registry import build_message, find_task_type
@@ -95,9 +96,10 @@ def _plan_workflow(node: dict[str, Any], node_id: str, parent: ParentRef | None,
     else:
         items = _group(node, fields, input)
         name = "map" if kind == "each" else name
+    start_at = _start_at(node, fields["created"])
     message = TaskMessage(
         id=node_id,
-        task=f"django_rtq.{name}",
+        task=WORKFLOW_TASK[name],
         queue=queue,
         kwargs={"size": fields.get("n")} if "n" in fields else {},
         retention=float(retention),
@@ -105,6 +107,7 @@ def _plan_workflow(node: dict[str, Any], node_id: str, parent: ParentRef | None,
         parent=parent.id if parent else None,
         parent_queue=parent.queue if parent else None,
         position=parent.position if parent else None,
+        process_at=start_at / 1000 if start_at else None,
     )
     commands = [
         [
@@ -115,10 +118,27 @@ def _plan_workflow(node: dict[str, Any], node_id: str, parent: ParentRef | None,
         ]
         for first in range(0, len(items), ACTIVATION_BATCH)
     ]
+    if start_at:
+        # Postponed: its first activations wait in its hash, and one command, due at its
+        # start time, starts it (wf_start.lua).
+        fields.update(stage="postponed", start_at=start_at, start=dumps(commands))
+        start = {"type": "start", "workflow": node_id, "queue": queue}
+        commands = [[f"start:{node_id}", dumps(start), start_at]]
     return Planned(
         queue=queue,
         workflow={"id": node_id, "msg": message.to_json(), "fields": fields, "commands": commands},
     )
+
+
+def _start_at(node: dict[str, Any], created_ms: int) -> int | None:
+    """When (ms) a postponed workflow starts (see Workflow.using); None to start at once."""
+    if node.get("process_at") is not None:
+        start_at = int(float(node["process_at"]) * 1000)
+    elif node.get("delay") is not None:
+        start_at = created_ms + int(float(node["delay"]) * 1000)
+    else:
+        return None
+    return start_at if start_at > created_ms else None
 
 
 def _item(position: int | str, node: dict[str, Any] | str, input: Any) -> str:

@@ -1,6 +1,8 @@
--- Archive tasks by hand: move them from pending, scheduled or retry to archived and release
--- their uniqueness locks. Tasks in other states (or gone) are skipped. A workflow's child
--- archived so fails its workflow (a command), like a child archived by its worker.
+-- Archive tasks by hand: move them from pending, scheduled or retry to archived, with the
+-- reason in their info, through archive_task (_lib.lua): their uniqueness locks released,
+-- their records kept for the ORM mirror when mirroring, and a workflow's child failing its
+-- workflow (a command), like a child archived by its worker. Tasks in other states (or gone)
+-- are skipped.
 --
 -- KEYS[1] -> rtq:{<queue>}:state
 -- KEYS[2] -> rtq:{<queue>}:pending
@@ -10,28 +12,34 @@
 -- KEYS[6] -> rtq:{<queue>}:msg
 -- KEYS[7] -> rtq:{<queue>}:commands
 -- KEYS[8] -> rtq:{<queue>}:command
--- KEYS[9..] -> rtq:{<queue>}:unique:<key>, one per task that has a unique key
+-- KEYS[9] -> rtq:{<queue>}:info
+-- KEYS[10] -> rtq:{<queue>}:progress
+-- KEYS[11] -> rtq:{<queue>}:finished
+-- KEYS[12..] -> rtq:{<queue>}:unique:<key>, one per task that has a unique key
 -- ARGV[1] -> now (ms)
--- ARGV[2..] -> two per task: id, index of its unique key in KEYS (0 = none)
+-- ARGV[2] -> 1 to keep the tasks' records for the ORM mirror, 0 not to
+-- ARGV[3] -> the reason's error type (a class path)
+-- ARGV[4] -> the reason's error message
+-- ARGV[5..] -> two per task: id, index of its unique key in KEYS (0 = none)
 --
 -- Returns: the number of tasks archived.
-local state, archived = KEYS[1], KEYS[5]
+local t = {
+  state = KEYS[1], archived = KEYS[5], msg = KEYS[6], commands = KEYS[7], command = KEYS[8],
+  info = KEYS[9], progress = KEYS[10], finished = KEYS[11],
+  now = tonumber(ARGV[1]), mirror = ARGV[2] == '1',
+}
 local sources = {pending = KEYS[2], scheduled = KEYS[3], retry = KEYS[4]}
-local msg, commands, command = KEYS[6], KEYS[7], KEYS[8]
-local now = ARGV[1]
-local ARCHIVED_INFO = '{"error_type":"django_rtq.exceptions.TaskCancelled","error":"archived by hand"}'
+local error_type, error_message = ARGV[3], ARGV[4]
 
 local moved = 0
-for i = 2, #ARGV, 2 do
+for i = 5, #ARGV, 2 do
   local id, unique_index = ARGV[i], tonumber(ARGV[i + 1])
-  local source = sources[redis.call('HGET', state, id) or '']
+  local source = sources[redis.call('HGET', t.state, id) or '']
   if source then
     redis.call('ZREM', source, id)
-    redis.call('ZADD', archived, now, id)
-    redis.call('HSET', state, id, 'archived')
-    if unique_index > 0 then release_unique(KEYS[unique_index], id) end
-    local ok, message = pcall(cjson.decode, redis.call('HGET', msg, id) or '')
-    if ok then notify_failure(commands, command, id, message, ARCHIVED_INFO, tonumber(now)) end
+    local lock = nil
+    if unique_index > 0 then lock = KEYS[unique_index] end
+    archive_task(t, id, info_with_reason(redis.call('HGET', t.info, id), error_type, error_message, t.now), lock)
     moved = moved + 1
   end
 end

@@ -1,5 +1,6 @@
--- Run tasks now: move them from scheduled, retry or archived to pending.
--- Tasks in other states (or gone) are skipped.
+-- Run tasks now: move them from scheduled, retry or archived to pending. Tasks in other states
+-- (or gone) are skipped, and so are workflows (is_workflow in _lib.lua): a workflow is not a
+-- runnable task, and one that finished cannot run again.
 --
 -- KEYS[1] -> rtq:{<queue>}:state
 -- KEYS[2] -> rtq:{<queue>}:priority
@@ -8,11 +9,12 @@
 -- KEYS[5] -> rtq:{<queue>}:scheduled
 -- KEYS[6] -> rtq:{<queue>}:retry
 -- KEYS[7] -> rtq:{<queue>}:archived
+-- KEYS[8] -> rtq:{<queue>}:msg
 -- ARGV[1] -> wake channel
 -- ARGV[2..] -> task ids
 --
 -- Returns: the number of tasks moved.
-local state, priority, pending, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local state, priority, pending, seq, msg = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[8]
 local sources = {scheduled = KEYS[5], retry = KEYS[6], archived = KEYS[7]}
 local channel = ARGV[1]
 
@@ -21,7 +23,7 @@ local moved = 0
 for i = 2, #ARGV do
   local id = ARGV[i]
   local source = sources[redis.call('HGET', state, id) or '']
-  if source then
+  if source and not is_workflow(redis.call('HGET', msg, id)) then
     redis.call('ZREM', source, id)
     push_pending(pending, seq, priority, state, id, false)
     moved = moved + 1

@@ -1,5 +1,6 @@
 -- Delete completed tasks whose retention has ended, and archived tasks that are too old or
--- beyond the archive's size, at most `limit` of them.
+-- beyond the archive's size, at most `limit` of them: every column of each (drop_task in
+-- _lib.lua). They were told to their workflows and mirrored when they finished.
 --
 -- KEYS[1] -> rtq:{<queue>}:completed
 -- KEYS[2] -> rtq:{<queue>}:archived
@@ -8,14 +9,19 @@
 -- KEYS[5] -> rtq:{<queue>}:info
 -- KEYS[6] -> rtq:{<queue>}:result
 -- KEYS[7] -> rtq:{<queue>}:priority
+-- KEYS[8] -> rtq:{<queue>}:progress
+-- KEYS[9] -> rtq:{<queue>}:runs
 -- ARGV[1] -> now (ms)
 -- ARGV[2] -> archived before this (ms) are deleted
 -- ARGV[3] -> the archive's largest size
 -- ARGV[4] -> limit
 --
 -- Returns: the number of tasks deleted; the caller calls again until it gets 0.
-local completed, archived, msg, state, info, result, priority =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local completed, archived = KEYS[1], KEYS[2]
+local t = {
+  msg = KEYS[3], state = KEYS[4], info = KEYS[5], result = KEYS[6], priority = KEYS[7],
+  progress = KEYS[8], runs = KEYS[9],
+}
 local now, archive_cutoff, archive_max, limit = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 
 local doomed = redis.call('ZRANGE', completed, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
@@ -30,13 +36,6 @@ if excess > 0 then
   end
 end
 
-local function forget(id)
-  redis.call('HDEL', msg, id)
-  redis.call('HDEL', state, id)
-  redis.call('HDEL', info, id)
-  redis.call('HDEL', result, id)
-  redis.call('HDEL', priority, id)
-end
-for _, id in ipairs(doomed) do redis.call('ZREM', completed, id); forget(id) end
-for _, id in ipairs(from_archive) do redis.call('ZREM', archived, id); forget(id) end
+for _, id in ipairs(doomed) do redis.call('ZREM', completed, id); drop_task(t, id) end
+for _, id in ipairs(from_archive) do redis.call('ZREM', archived, id); drop_task(t, id) end
 return #doomed + #from_archive

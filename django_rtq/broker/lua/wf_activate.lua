@@ -17,7 +17,8 @@
 -- KEYS[12] -> rtq:{<queue>}:waiting
 -- KEYS[13] -> rtq:{<queue>}:commands
 -- KEYS[14] -> rtq:{<queue>}:command
--- KEYS[15..] -> rtq:{<queue>}:wf:<id>, one per workflow created
+-- KEYS[15] -> rtq:{<queue>}:runs
+-- KEYS[16..] -> rtq:{<queue>}:wf:<id>, one per workflow created
 -- ARGV[1] -> now (ms)
 -- ARGV[2] -> wake channel
 -- ARGV[3] -> hand-off channel prefix
@@ -26,10 +27,11 @@
 -- ARGV[6] -> how long (ms) to remember applied commands
 -- ARGV[7] -> JSON {"tasks": [[id, message JSON, priority, process-at ms], ...],
 --            "workflows": [{"id", "msg", "key": index in KEYS, "fields": [name, value, ...],
---                           "commands": [[command id, command JSON], ...]}, ...]}
+--                           "commands": [[command id, command JSON(, due ms)], ...]}, ...]}
+--            (a postponed workflow's one command, its start, is due at its start time)
 --
 -- Returns: the number of tasks and workflows written (0 for a command applied before).
-local q = enqueue_context()
+local q = enqueue_context(KEYS[15])
 local applied, waiting, commands, command = KEYS[11], KEYS[12], KEYS[13], KEYS[14]
 if not first_application(applied, ARGV[5], q.now, tonumber(ARGV[6])) then return 0 end
 local plan = cjson.decode(ARGV[7])
@@ -51,7 +53,7 @@ for _, wf in ipairs(plan.workflows or {}) do
     for i = 1, #fields, 1000 do
       redis.call('HSET', key, unpack(fields, i, math.min(i + 999, #fields)))
     end
-    for _, c in ipairs(wf.commands) do write_command(commands, command, c[1], c[2], q.now) end
+    for _, c in ipairs(wf.commands) do write_command(commands, command, c[1], c[2], tonumber(c[3]) or q.now) end
     written = written + 1
   end
 end

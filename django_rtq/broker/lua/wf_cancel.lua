@@ -1,5 +1,6 @@
--- Cancel a waiting workflow: archive it as cancelled, cancel its children that have not
--- started (a command to their queues), and tell its own workflow.
+-- Cancel a waiting workflow (postponed or started): archive it as cancelled, cancel its
+-- children that have not started (a command to their queues), and tell its own workflow
+-- (fail_workflow in _lib.lua).
 --
 -- KEYS[1] -> rtq:{<queue>}:wf:<workflow id>
 -- KEYS[2] -> rtq:{<queue>}:wf:<workflow id>:results
@@ -14,6 +15,9 @@
 -- KEYS[11] -> rtq:{<queue>}:info
 -- KEYS[12] -> rtq:{<queue>}:result
 -- KEYS[13] -> rtq:{<queue>}:finished
+-- KEYS[14] -> rtq:{<queue>}:priority
+-- KEYS[15] -> rtq:{<queue>}:progress
+-- KEYS[16] -> rtq:{<queue>}:runs
 -- ARGV[1] -> now (ms)
 -- ARGV[2] -> workflow id
 -- ARGV[3] -> 1 to keep its record for the ORM mirror, 0 not to
@@ -24,7 +28,8 @@
 local w = {
   wf = KEYS[1], results = KEYS[2], applied = KEYS[3], commands = KEYS[4], command = KEYS[5],
   msg = KEYS[6], state = KEYS[7], waiting = KEYS[8], completed = KEYS[9], archived = KEYS[10],
-  info = KEYS[11], result = KEYS[12], finished = KEYS[13],
+  info = KEYS[11], result = KEYS[12], finished = KEYS[13], priority = KEYS[14], progress = KEYS[15],
+  runs = KEYS[16],
   now = tonumber(ARGV[1]), id = ARGV[2], mirror = ARGV[3] == '1',
 }
 if redis.call('HGET', w.state, w.id) ~= 'waiting' then return 0 end

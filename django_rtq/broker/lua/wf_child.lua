@@ -16,6 +16,9 @@
 -- KEYS[11] -> rtq:{<queue>}:info
 -- KEYS[12] -> rtq:{<queue>}:result
 -- KEYS[13] -> rtq:{<queue>}:finished
+-- KEYS[14] -> rtq:{<queue>}:priority
+-- KEYS[15] -> rtq:{<queue>}:progress
+-- KEYS[16] -> rtq:{<queue>}:runs
 -- ARGV[1] -> now (ms)
 -- ARGV[2] -> workflow id
 -- ARGV[3] -> 1 to keep records for the ORM mirror, 0 not to
@@ -33,7 +36,8 @@
 local w = {
   wf = KEYS[1], results = KEYS[2], applied = KEYS[3], commands = KEYS[4], command = KEYS[5],
   msg = KEYS[6], state = KEYS[7], waiting = KEYS[8], completed = KEYS[9], archived = KEYS[10],
-  info = KEYS[11], result = KEYS[12], finished = KEYS[13],
+  info = KEYS[11], result = KEYS[12], finished = KEYS[13], priority = KEYS[14], progress = KEYS[15],
+  runs = KEYS[16],
   now = tonumber(ARGV[1]), id = ARGV[2], mirror = ARGV[3] == '1',
 }
 local ACTIVATION_BATCH = 500

@@ -13,8 +13,8 @@ from django_rtq.management.base import InspectorCommand, plural
 
 class Command(InspectorCommand):
     help = (
-        "Delete every task of a queue in every state but active (pending, scheduled, retry, "
-        "archived, completed). Active tasks are left to their workers."
+        "Delete every task of a queue in every state but active (waiting workflows, cancelled "
+        "first; scheduled, retry, pending, archived, completed). Active tasks are left to their workers."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
