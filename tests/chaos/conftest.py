@@ -1,0 +1,41 @@
+"""Fixtures of the chaos suite: a Redis server of each test's own and the chaos project."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.chaos.harness import Chaos, Redis
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "chaos: a chaos scenario (real worker processes under faults)")
+
+
+@pytest.fixture
+def redis_servers():
+    """Start `Redis(*extra)` servers on free loopback ports: `redis_servers(*extra)`."""
+    started = []
+
+    def start(*extra: str) -> Redis:
+        server = Redis(*extra)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def chaos_project(tmp_path):
+    """Make the chaos project in tmp_path (migrated) for a Redis URL: `chaos_project(url, worker_url=)`."""
+    made = []
+
+    def make(redis_url: str, worker_url: str | None = None) -> Chaos:
+        chaos = Chaos(tmp_path, redis_url, worker_url)
+        made.append(chaos)
+        return chaos
+
+    yield make
+    for chaos in made:
+        chaos.close()

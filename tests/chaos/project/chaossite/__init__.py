@@ -1,0 +1,1 @@
+"""The chaos suite's Django project."""
