@@ -7,10 +7,6 @@ import pytest
 from tests.chaos.harness import Chaos, Redis
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "chaos: a chaos scenario (real worker processes under faults)")
-
-
 @pytest.fixture
 def redis_servers():
     """Start `Redis(*extra)` servers on free loopback ports: `redis_servers(*extra)`."""
