@@ -80,6 +80,9 @@ def connect(target: RedisTarget, **options: Any) -> Client:
     options = {**target.options, **options}
     if options.pop("decode_responses", True) is not True:
         raise ImproperlyConfigured("decode_responses cannot be turned off: django-rtq reads replies as str.")
+    # A value that is not UTF-8 (corrupt data) reads as a str with its bad bytes escaped, for the
+    # worker to reject, instead of failing the whole reply it is part of (a claim of many tasks).
+    options.setdefault("encoding_errors", "surrogateescape")
     if target.mode == "cluster":
         nodes = [redis.cluster.ClusterNode(host, port) for host, port in target.nodes]
         return redis.cluster.RedisCluster(startup_nodes=nodes, decode_responses=True, **options)

@@ -38,7 +38,10 @@ class TaskMessage:
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> TaskMessage:
-        """Parse a stored message; raise ValueError if it is not one, or a field has a wrong type."""
+        """Parse a stored message; raise ValueError if it is not one, or a field is of a wrong
+        type or out of its range."""
+        if isinstance(raw, str) and not raw.isascii() and not _is_utf8(raw):
+            raise ValueError("task message is not UTF-8")
         data = json.loads(raw)
         if not isinstance(data, dict):
             raise ValueError("task message is not a JSON object")
@@ -52,6 +55,10 @@ class TaskMessage:
                 raise ValueError(
                     f"task message field {name!r} is {value!r}, not of type {_type_names(expected)}"
                 )
+        for name, allowed in _FIELD_RANGES.items():
+            value = getattr(message, name)
+            if value is not None and not allowed(value):
+                raise ValueError(f"task message field {name!r} is {value!r}, out of its range")
         return message
 
 
@@ -82,6 +89,25 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
+#: What the numbers of a message may be (a message read from Redis is checked against it).
+_FIELD_RANGES = {
+    "priority": lambda value: MIN_PRIORITY <= value <= MAX_PRIORITY,
+    "max_retries": lambda value: value >= 0,
+    "timeout": lambda value: value >= 0,
+    "retention": lambda value: value >= 0,
+    "unique_ttl": lambda value: value >= 0,
+}
+
+
+def _is_utf8(text: str) -> bool:
+    """Whether a str read from Redis was valid UTF-8 (bad bytes read as escaped surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _type_names(types: tuple[type, ...]) -> str:
     return " or ".join("null" if t is type(None) else t.__name__ for t in types)
 
@@ -96,6 +122,9 @@ _INFO_TYPES: dict[str, tuple[type, ...]] = {
     "started_at": _OPTIONAL_NUMBER,
     "attempted_at": _OPTIONAL_NUMBER,
     "worker": _OPTIONAL_STR,
+    "error": (str,),
+    "error_type": (str,),
+    "traceback": (str,),
 }
 
 
@@ -104,6 +133,8 @@ def parse_info(raw: str | None) -> tuple[dict[str, Any], str | None]:
     facts of a wrong type left out, and what was wrong with it (None if nothing was)."""
     if not raw:
         return {}, None
+    if not raw.isascii() and not _is_utf8(raw):
+        return {}, f"not UTF-8: {raw[:80]!r}"
     try:
         info = json.loads(raw)
     except ValueError:

@@ -116,6 +116,8 @@ class Processor:
         self._lease_budget = self.lease_seconds * (1 - LEASE_SAFETY)
         self._renewed_at = time.monotonic()
         self._threads: list[threading.Thread] = []
+        # queue -> (time.monotonic() before which it is not claimed from, failures in a row)
+        self._broken_queues: dict[str, tuple[float, int]] = {}
         # The fetcher listens, while idle, for wake-ups and for tasks handed to it at enqueue.
         self._handoff_queues = {broker.queue(name).handoff_channel(worker_id): name for name in self.queues}
         self._waker = Subscriber(
@@ -404,14 +406,23 @@ class Processor:
         idle_for_ms = int((2 * self.idle_wait + 1) * 1000) if self.broker.hands_off and start_now else 0
         registered = []
         for queue in self.queue_order() if len(self.queues) > 1 else self.queues:
+            if self._broken_queues.get(queue, (0.0, 0))[0] > time.monotonic():
+                continue
             wanted = limit - len(claimed)
-            got = self.broker.claim(
-                queue,
-                worker_id=self.worker_id,
-                limit=wanted,
-                start_now=max(0, start_now - len(claimed)),
-                idle_for_ms=idle_for_ms,
-            )
+            try:
+                got = self.broker.claim(
+                    queue,
+                    worker_id=self.worker_id,
+                    limit=wanted,
+                    start_now=max(0, start_now - len(claimed)),
+                    idle_for_ms=idle_for_ms,
+                )
+            except BrokerUnavailable:
+                raise
+            except Exception:
+                self._queue_failed(queue)
+                continue
+            self._broken_queues.pop(queue, None)
             if idle_for_ms and len(got) < wanted:
                 registered.append(queue)
             claimed += got
@@ -420,6 +431,15 @@ class Processor:
         if registered and len(claimed) >= limit:
             self.broker.leave_idle(registered, worker_id=self.worker_id)
         return claimed
+
+    def _queue_failed(self, queue: str) -> None:
+        """A claim from one queue failed for another reason than Redis being away (its keys
+        hold data of the wrong type, say): leave that queue alone for a while, backing off,
+        and go on serving the others."""
+        failures = self._broken_queues.get(queue, (0.0, 0))[1] + 1
+        backoff = min(MAX_FAILURE_BACKOFF, UNAVAILABLE_BACKOFF * 2 ** min(failures, 5))
+        self._broken_queues[queue] = (time.monotonic() + backoff, failures)
+        logger.exception("claiming from queue %r failed; trying it again in %.0fs", queue, backoff)
 
     def _dispatch(self, batch: list[ClaimedTask], claimed_at: float) -> None:
         """Take in claimed tasks whose leases were set by a request sent at `claimed_at` (monotonic)."""
