@@ -58,3 +58,7 @@ class WorkerShutdown(RTQError):
 class WorkerLost(RTQError):
     """The task's worker died while running it more often than `RTQ["MAX_RECOVERIES"]` allows:
     it is archived as a poison pill."""
+
+
+class CorruptWorkflow(RTQError):
+    """A waiting workflow's own state in Redis is corrupt: it is archived with this error."""

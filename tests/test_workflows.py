@@ -4,6 +4,7 @@ failure and cancellation, commands applied twice, and a worker SIGKILLed mid-wor
 from __future__ import annotations
 
 import json
+import logging
 import re
 import signal
 import time
@@ -13,9 +14,11 @@ import pytest
 
 from django_rtq.broker import TaskState
 from django_rtq.broker.scripts import LUA_DIR
-from django_rtq.broker.workflow import WORKFLOW_TASKS, child_outcome, take_commands
-from django_rtq.exceptions import InvalidStateTransition, InvalidTask
+from django_rtq.broker.workflow import WORKFLOW_TASKS, child_outcome, defer_command, take_commands
+from django_rtq.exceptions import BrokerUnavailable, CorruptWorkflow, InvalidStateTransition, InvalidTask
+from django_rtq.worker.commander import MAX_COMMAND_ATTEMPTS, Commander, CommandRetries
 from django_rtq.workflows import apply_due, chain, chord, group, iterator, map_reduce
+from django_rtq.workflows import commands as commands_module
 from django_rtq.workflows.commands import apply_command
 from tests.conftest import wait_for
 from tests.testapp import tasks
@@ -443,3 +446,257 @@ def test_a_workflow_takes_a_delay_or_a_process_at_not_both():
     with pytest.raises(InvalidTask, match="delay"):
         group(add.s(1, 2)).using(delay=-1)
     assert "delay" not in chain(add.s(1, 2)).using(delay=5).using().node()
+
+
+# Workflows whose own state in Redis is corrupt: archived with the reason, never stuck
+
+CORRUPT = f"{CorruptWorkflow.__module__}.{CorruptWorkflow.__qualname__}"
+
+
+def test_the_lua_helpers_name_the_corrupt_workflow_error():
+    lib = (LUA_DIR / "_lib.lua").read_text()
+    assert re.search(r"local CORRUPT_WORKFLOW = '([\w.]+)'", lib).group(1) == CORRUPT
+
+
+def corrupt_field(redis_client, broker, workflow_id, name, value, queue="default"):
+    """Write garbage (None: delete the field) into a waiting workflow's hash."""
+    key = broker.queue(queue).workflow(workflow_id)
+    assert redis_client.hexists(key, name), f"no field {name!r} in {redis_client.hgetall(key)}"
+    if value is None:
+        redis_client.hdel(key, name)
+    else:
+        redis_client.hset(key, name, value)
+
+
+def make_chain():
+    """A chain of two steps; its first step's outcome is to be applied."""
+    workflow_id = chain(mark.s("corrupt", 1), mark.s("corrupt", 2), retention=KEEP).enqueue()
+    return workflow_id, {"position": 0, "ok": True, "payload_json": "1"}
+
+
+def make_group():
+    """A group of two; its first child's outcome is to be applied (the second is pending)."""
+    workflow_id = group(mark.s("corrupt", 1), mark.s("corrupt", 2), retention=KEEP).enqueue()
+    return workflow_id, {"position": 0, "ok": True, "payload_json": "1"}
+
+
+def make_single():
+    """A group of one: its child's outcome finishes it."""
+    workflow_id = group(mark.s("corrupt", 1), retention=KEEP).enqueue()
+    return workflow_id, {"position": 0, "ok": True, "payload_json": "1"}
+
+
+def make_iterator():
+    """An iterator; its first step's outcome (four new children) is to be applied."""
+    workflow_id = iterator(numbers, {"next": 0, "limit": 8, "name": "corrupt"}, window=4).enqueue()
+    children = [(child.queue, json.dumps(child.node())) for child in [mark.s("it", i) for i in range(4)]]
+    step = {"position": "d0", "ok": True, "payload_json": "null", "iterator_state_json": '{"next":4}'}
+    return workflow_id, {**step, "new_children": children}
+
+
+MAKERS = {"chain": make_chain, "group": make_group, "single": make_single, "iterator": make_iterator}
+
+#: (workflow, field, garbage (None: deleted), the error it is archived with, after "corrupt workflow: ")
+CORRUPT_FIELDS = [
+    ("chain", "kind", None, "field 'kind' is missing"),
+    ("group", "kind", "x", "field 'kind' is 'x', not chain, group or iterator"),
+    ("chain", "done", "x", "field 'done' is 'x', not a whole number"),
+    ("group", "done", b"\xff1", "field 'done' is '\\xff1', not a whole number"),
+    ("group", "n", None, "field 'n' is missing"),
+    ("group", "n", "1.5", "field 'n' is '1.5', not a whole number above 0"),
+    ("chain", "queue", None, "field 'queue' is missing"),
+    ("chain", "queue", "x", "field 'queue' is 'x', not its queue 'default'"),
+    ("chain", "step:1", "x", "field 'step:1' is 'x', not a JSON node"),
+    ("chain", "step:1", "[]", "field 'step:1' is '[]', not a JSON node"),
+    ("chain", "step_queue:1", None, "field 'step_queue:1' is missing"),
+    ("single", "created", "x", "field 'created' is 'x', not a whole number"),
+    ("single", "retention", "-1", "field 'retention' is '-1', not a whole number"),
+    ("iterator", "window", "{}", "field 'window' is '{}', not a whole number above 0"),
+    ("iterator", "driver", "{", "fields 'driver' and 'state' do not make the JSON node of its next step"),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "garbage", "error"),
+    CORRUPT_FIELDS,
+    ids=[f"{kind}-{name}-{garbage!r}" for kind, name, garbage, _ in CORRUPT_FIELDS],
+)
+def test_a_corrupt_workflow_is_archived_with_the_reason(
+    inspector, broker, redis_client, caplog, kind, name, garbage, error
+):
+    workflow_id, outcome = MAKERS[kind]()
+    corrupt_field(redis_client, broker, workflow_id, name, garbage)
+    qk = broker.queue("default")
+
+    with caplog.at_level(logging.ERROR, logger="django_rtq"):
+        assert child_outcome(broker, "default", workflow_id, cmd_id="child:corrupt", **outcome) == "corrupt"
+
+    archived = inspector.get_task(workflow_id)
+    assert archived.state == TaskState.ARCHIVED
+    assert archived.info["error_type"] == CORRUPT
+    assert archived.last_error == f"corrupt workflow: {error}"
+    assert redis_client.zscore(qk.archived, workflow_id) is not None
+    assert redis_client.zscore(qk.state_set("waiting"), workflow_id) is None
+    assert not redis_client.exists(qk.workflow(workflow_id), qk.workflow_results(workflow_id))
+    assert any(workflow_id in r.getMessage() and error in r.getMessage() for r in caplog.records)
+    # The command counts as applied: nothing makes it fail again.
+    assert redis_client.zscore(qk.applied, "child:corrupt") is not None
+    assert child_outcome(broker, "default", workflow_id, cmd_id="child:corrupt", **outcome) == "gone"
+    # Nothing was started for it (no activation written), and its unfinished children are cancelled.
+    assert not [c for c in redis_client.zrange(qk.commands, 0, -1) if c.startswith("activate:")]
+    apply_due(broker, ["default"])
+    if kind == "group":
+        cancelled = inspector.get_task(f"{workflow_id}.1")
+        assert cancelled.state == TaskState.ARCHIVED
+        assert cancelled.last_error == f"its workflow {workflow_id!r} failed or was cancelled"
+    assert redis_client.zcard(qk.commands) == 0
+
+
+def test_a_step_spec_that_cannot_be_planned_fails_its_workflow_with_a_warning(
+    inspector, broker, redis_client, caplog
+):
+    workflow_id, outcome = make_chain()
+    corrupt_field(redis_client, broker, workflow_id, "step:1", '{"t": "nope"}')  # JSON, but no node
+    with caplog.at_level(logging.WARNING, logger="django_rtq"):
+        assert child_outcome(broker, "default", workflow_id, cmd_id="child:0", **outcome) == "recorded"
+        apply_due(broker, ["default"])
+    failed = inspector.get_task(workflow_id)
+    assert failed.state == TaskState.ARCHIVED
+    assert failed.last_error == f"child {workflow_id}.1 failed: Unknown workflow node type 'nope'."
+    assert any(
+        r.levelno == logging.WARNING and workflow_id in r.getMessage() and "nope" in r.getMessage()
+        for r in caplog.records
+    )
+
+
+def test_a_corrupt_nested_workflow_fails_its_parent(inspector, broker, redis_client):
+    workflow_id = chain(group(mark.s("nested", 1)), mark.s("nested", 2), retention=KEEP).enqueue()
+    nested = f"{workflow_id}.0"
+    corrupt_field(redis_client, broker, nested, "parent_queue", None)  # needed to tell it a success
+    outcome = {"position": 0, "ok": True, "payload_json": "1"}
+    assert child_outcome(broker, "default", nested, cmd_id="child:nested", **outcome) == "corrupt"
+    assert inspector.get_task(nested).last_error == "corrupt workflow: field 'parent_queue' is missing"
+
+    apply_due(broker, ["default"])  # its failure, told from its message, fails the chain
+
+    parent = inspector.get_task(workflow_id)
+    assert parent.state == TaskState.ARCHIVED
+    assert parent.info["error_type"] == CORRUPT
+    assert parent.last_error == f"child {nested} failed: corrupt workflow: field 'parent_queue' is missing"
+
+
+def test_a_workflow_whose_hash_is_not_a_hash_is_archived(inspector, broker, redis_client):
+    workflow_id, outcome = make_group()
+    key = broker.queue("default").workflow(workflow_id)
+    redis_client.delete(key)
+    redis_client.set(key, "garbage")
+    assert child_outcome(broker, "default", workflow_id, cmd_id="child:string", **outcome) == "corrupt"
+    archived = inspector.get_task(workflow_id)
+    assert archived.state == TaskState.ARCHIVED and archived.info["error_type"] == CORRUPT
+    assert archived.last_error == f"corrupt workflow: key {key} is a string, not a hash"
+    assert not redis_client.exists(key)
+
+
+@pytest.mark.parametrize(
+    ("name", "garbage", "error"),
+    [
+        ("start", "[1]", "field 'start' is '[1]', not a JSON list of commands"),
+        ("start", None, "field 'start' is missing"),
+        ("stage", None, "field 'stage' is missing"),
+    ],
+)
+def test_a_corrupt_postponed_workflow_is_archived_when_its_time_comes(
+    inspector, broker, redis_client, monkeypatch, name, garbage, error
+):
+    workflow_id = group(mark.s("late", 1), mark.s("late", 2)).using(delay=60).enqueue()
+    corrupt_field(redis_client, broker, workflow_id, name, garbage)
+    at(broker, monkeypatch, 61)
+    apply_due(broker, ["default"])
+    archived = inspector.get_task(workflow_id)
+    assert archived.state == TaskState.ARCHIVED and archived.info["error_type"] == CORRUPT
+    assert archived.last_error == f"corrupt workflow: {error}"
+    assert inspector.count("default", TaskState.PENDING) == 0  # nothing of it started
+    assert redis_client.zcard(broker.queue("default").commands) == 0
+
+
+# The commander's last resort: a command that keeps failing is given up
+
+
+def bad_activation(redis_client, broker, workflow_id):
+    """Write an activation command of this workflow that cannot be applied (its items are no
+    list): an error no script foresees. Returns its id and JSON."""
+    qk = broker.queue("default")
+    cmd_id = f"activate:{workflow_id}:bad:1"
+    body = json.dumps({"type": "activate", "parent": workflow_id, "parent_queue": "default", "items": 5})
+    redis_client.hset(qk.command, cmd_id, body)
+    redis_client.zadd(qk.commands, {cmd_id: 0})
+    return cmd_id, body
+
+
+def test_the_commander_gives_up_a_command_that_keeps_failing(inspector, broker, redis_client, caplog):
+    workflow_id = group(mark.s("given-up", 1), mark.s("given-up", 2), retention=KEEP).enqueue()
+    cmd_id, body = bad_activation(redis_client, broker, workflow_id)
+    commander = Commander(broker=broker, queues=["default"], interval=60)
+    commander.retries.delay = 0  # due again at once: tried at each pass
+    qk = broker.queue("default")
+
+    with caplog.at_level(logging.ERROR, logger="django_rtq"):
+        for _ in range(MAX_COMMAND_ATTEMPTS - 1):
+            commander.run_once()
+        assert redis_client.hexists(qk.command, cmd_id)
+        assert inspector.get_task(workflow_id).state == TaskState.WAITING
+        commander.run_once()
+
+    failures = [r for r in caplog.records if r.getMessage().startswith(f"could not apply command {cmd_id!r}")]
+    assert len(failures) == MAX_COMMAND_ATTEMPTS
+    [given_up] = [r for r in caplog.records if r.getMessage().startswith("giving up command")]
+    assert given_up.levelno == logging.ERROR
+    assert cmd_id in given_up.getMessage() and body in given_up.getMessage()
+    assert not redis_client.hexists(qk.command, cmd_id)
+    assert redis_client.zcard(qk.commands) == 0  # the workflow's cancel command applied too
+    # Its workflow could never finish without it: archived as corrupt, its children cancelled.
+    archived = inspector.get_task(workflow_id)
+    assert archived.state == TaskState.ARCHIVED and archived.info["error_type"] == CORRUPT
+    assert cmd_id in archived.last_error
+    assert [inspector.get_task(f"{workflow_id}.{i}").state for i in range(2)] == [TaskState.ARCHIVED] * 2
+
+
+def test_a_failed_command_is_tried_again_with_backoff_then_given_up(broker, caplog):
+    retries = CommandRetries(broker, logging.getLogger("django_rtq.test"))
+    error = ValueError("no")
+    body = '{"type": "nothing"}'
+    with caplog.at_level(logging.ERROR, logger="django_rtq"):
+        delays = [retries.failed("default", "c1", body, error) for _ in range(MAX_COMMAND_ATTEMPTS)]
+    assert delays == [1.0, 2.0, 4.0, 8.0, None]
+    assert any("giving up command 'c1'" in r.getMessage() for r in caplog.records)
+    # Given up, or rewritten meanwhile: counted afresh.
+    assert retries.failed("default", "c1", body, error) == 1.0
+    assert retries.failed("default", "c1", body + " ", error) == 1.0
+
+
+def test_a_failed_command_is_due_again_after_its_delay_not_its_lease(inspector, broker, redis_client):
+    workflow_id = group(mark.s("delayed", 1)).enqueue()
+    cmd_id, _ = bad_activation(redis_client, broker, workflow_id)
+    commander = Commander(broker=broker, queues=["default"], interval=60)
+    commander.run_once()
+    due_in = redis_client.zscore(broker.queue("default").commands, cmd_id) - broker.now_ms()
+    assert 0 < due_in <= 1000  # the first delay, one second; a lease would be 30
+    assert inspector.get_task(workflow_id).state == TaskState.WAITING
+
+
+def test_redis_being_unavailable_does_not_count_as_a_failure(inspector, broker, redis_client, monkeypatch):
+    workflow_id = group(mark.s("unavailable", 1)).enqueue()
+    cmd_id, _ = bad_activation(redis_client, broker, workflow_id)
+
+    def unavailable(*args, **kwargs):
+        raise BrokerUnavailable("Redis is unreachable")
+
+    monkeypatch.setattr(commands_module, "apply_command", unavailable)
+    commander = Commander(broker=broker, queues=["default"], interval=60)
+    commander.retries.delay = 0
+    for _ in range(MAX_COMMAND_ATTEMPTS + 1):
+        with pytest.raises(BrokerUnavailable):
+            commander.run_once()
+        defer_command(broker, "default", cmd_id, 0)  # due again at once, not when its lease ends
+    assert redis_client.hexists(broker.queue("default").command, cmd_id)
+    assert inspector.get_task(workflow_id).state == TaskState.WAITING

@@ -528,6 +528,16 @@ def _workflow_facts(workflow: dict[str, str]) -> dict[str, Any]:
 
 
 def _workflow_progress(workflow: dict[str, str]) -> dict[str, Any]:
-    """A workflow's progress: its finished children of all it has (so far, for an iterator)."""
-    total = workflow.get("n") or workflow.get("made")
-    return {"done": int(workflow.get("done") or 0), "total": int(total) if total else None}
+    """A workflow's progress: its finished children of all it has (so far, for an iterator).
+    A count that is not a number (a corrupt workflow, soon archived) reads as unknown."""
+    return {
+        "done": _count(workflow.get("done")) or 0,
+        "total": _count(workflow.get("n") or workflow.get("made")),
+    }
+
+
+def _count(value: str | None) -> int | None:
+    try:
+        return int(value) if value else None
+    except ValueError:
+        return None

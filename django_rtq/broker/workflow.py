@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Sequence
 from typing import Any
 
-from .broker import Broker
+from .broker import Broker, translate_errors
+
+logger = logging.getLogger(__name__)
 
 #: The task name of each kind of workflow (a workflow is a task of its queue in the `waiting`
 #: state; see django_rtq/workflows/planner.py). None is a runnable task type: a finished
@@ -107,15 +110,17 @@ def child_outcome(
     """Apply a child's outcome (its result JSON, or its error JSON) to its workflow, once.
 
     An iterator's step also passes the iterator's new state and its new children as
-    (queue, node JSON) pairs. Returns what happened: dup, gone, failed, finished or recorded.
+    (queue, node JSON) pairs. Returns what happened: dup, gone, failed, finished or recorded;
+    or corrupt: the workflow's own state in Redis was, and it is archived (logged here).
     """
     args: list[Any] = [
         broker.now_ms(), workflow_id, int(broker.mirror), cmd_id, APPLIED_TTL_MS, position,
-        int(ok), payload_json, iterator_state_json, int(exhausted),
+        int(ok), payload_json, iterator_state_json, int(exhausted), queue,
     ]  # fmt: skip
     for child_queue, node_json in new_children:
         args += [child_queue, node_json]
-    return broker.run_script("wf_child", _workflow_keys(broker, queue, workflow_id), args)
+    reply = broker.run_script("wf_child", _workflow_keys(broker, queue, workflow_id), args)
+    return _reply(reply, queue, workflow_id)
 
 
 def cancel_workflow(broker: Broker, queue: str, workflow_id: str, *, error_type: str, message: str) -> bool:
@@ -126,11 +131,29 @@ def cancel_workflow(broker: Broker, queue: str, workflow_id: str, *, error_type:
 
 def start_postponed(broker: Broker, queue: str, workflow_id: str, *, cmd_id: str) -> bool:
     """Start a postponed workflow (its start command is due), once per `cmd_id`: its stage
-    moves on and its first children's activations are written. False if it was not postponed."""
-    qk = broker.queue(queue)
-    keys = [qk.workflow(workflow_id), qk.applied, qk.commands, qk.command, qk.state]
-    args = [broker.now_ms(), workflow_id, cmd_id, APPLIED_TTL_MS]
-    return broker.run_script("wf_start", keys, args) == 1
+    moves on and its first children's activations are written. False if it was not postponed,
+    or if its state in Redis was corrupt (it is then archived, and that is logged here)."""
+    args = [broker.now_ms(), workflow_id, int(broker.mirror), cmd_id, APPLIED_TTL_MS]
+    reply = broker.run_script("wf_start", _workflow_keys(broker, queue, workflow_id), args)
+    return _reply(reply, queue, workflow_id) == 1
+
+
+def _reply(reply: Any, queue: str, workflow_id: str) -> Any:
+    """A workflow script's reply; ["corrupt", error] (the script found the workflow's own state
+    corrupt and archived it, with that error) is logged and becomes "corrupt"."""
+    if isinstance(reply, list) and reply and reply[0] == "corrupt":
+        logger.error("workflow %r of queue %r archived: %s", workflow_id, queue, reply[1])
+        return "corrupt"
+    return reply
+
+
+def defer_command(broker: Broker, queue: str, cmd_id: str, due_ms: int) -> None:
+    """Make a taken command due again at `due_ms` (sooner or later than its lease ends), if
+    it is still there."""
+    with translate_errors():
+        # XX: a command removed meanwhile (applied by another worker) is not written back. One
+        # rewritten meanwhile (a child run again) is put off too: it is applied later, as it is.
+        broker.client.zadd(broker.queue(queue).commands, {cmd_id: due_ms}, xx=True)
 
 
 def set_progress(broker: Broker, queue: str, task_id: str, done: float, total: float | None) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import defaultdict
-from typing import Any
+from typing import Any, Protocol
 
 from ..broker import Broker
 from ..broker.inspect import CANCELLED, Inspector
@@ -31,6 +31,7 @@ from ..broker.workflow import (
     cancel_workflow,
     child_outcome,
     commands_done,
+    defer_command,
     start_postponed,
     take_commands,
 )
@@ -42,6 +43,14 @@ logger = logging.getLogger(__name__)
 
 #: Commands taken per script call.
 TAKE_LIMIT = 100
+
+
+class RetryPolicy(Protocol):
+    """What to do with a command that could not be applied (an error other than Redis being
+    unavailable): `failed` returns the seconds to wait before trying it again, or None to
+    give it up (it is then removed, unapplied)."""
+
+    def failed(self, queue: str, cmd_id: str, body: str, error: Exception) -> float | None: ...
 
 
 def start_workflow(
@@ -61,31 +70,42 @@ def start_workflow(
     return workflow_id
 
 
-def apply_due(broker: Broker, queues: list[str], *, follow: bool = True) -> int:
+def apply_due(
+    broker: Broker, queues: list[str], *, follow: bool = True, retry: RetryPolicy | None = None
+) -> int:
     """Apply the due commands of these queues; with `follow`, also those that applying them
-    wrote in other queues (a child's result starts the next step there). Returns how many."""
+    wrote in other queues (a child's result starts the next step there). Returns how many.
+
+    A command that cannot be applied is logged and left leased, to be tried again once its
+    lease ends; or, with a `retry` policy, when and as often as that says."""
     applied = 0
     todo = list(dict.fromkeys(queues))
     while todo:
         queue = todo.pop(0)
         while taken := take_commands(broker, queue, limit=TAKE_LIMIT):
-            done, touched = [], set()
+            done, given_up, touched = [], [], set()
             for cmd_id, body in taken:
                 try:
                     touched |= apply_command(broker, cmd_id, json.loads(body))
                 except BrokerUnavailable:
                     raise
-                except Exception:
-                    # Left leased: tried again once its lease ends.
+                except Exception as exc:
                     logger.exception("could not apply command %r of queue %r", cmd_id, queue)
+                    if retry is None:
+                        continue  # left leased: tried again once its lease ends
+                    delay = retry.failed(queue, cmd_id, body, exc)
+                    if delay is None:
+                        given_up.append((cmd_id, body))
+                    else:
+                        defer_command(broker, queue, cmd_id, broker.now_ms() + int(delay * 1000))
                     continue
                 done.append((cmd_id, body))
-            commands_done(broker, queue, done)
+            commands_done(broker, queue, done + given_up)
             applied += len(done)
             if follow:
                 todo += [q for q in touched if q != queue and q not in todo]
-            if not done:
-                break  # only commands that failed: their lease keeps them until later
+            if not done and not given_up:
+                break  # only commands that failed: their lease (or delay) keeps them until later
     return applied
 
 
@@ -103,6 +123,35 @@ def apply_command(broker: Broker, cmd_id: str, command: dict[str, Any]) -> set[s
         return {command["queue"]}
     logger.error("dropping command %r of unknown type %r", cmd_id, kind)
     return set()
+
+
+#: The fields naming the queue and the id of the workflow a command is for, by type.
+_WORKFLOW_FIELDS = {
+    "child": ("to_queue", "to"),
+    "activate": ("parent_queue", "parent"),
+    "start": ("queue", "workflow"),
+}
+
+
+def workflow_of(queue: str, cmd_id: str, body: str) -> tuple[str, str] | None:
+    """The queue and id of the workflow a command of `queue` is for (a child's outcome, an
+    activation of its children, its start), as far as the command tells; None for a cancel
+    (its workflow is gone) or a command that says nothing usable."""
+    try:
+        command = json.loads(body)
+    except ValueError:
+        command = None
+    if isinstance(command, dict):
+        kind = command.get("type")
+        fields = _WORKFLOW_FIELDS.get(kind) if isinstance(kind, str) else None
+        if fields and all(isinstance(command.get(name), str) for name in fields):
+            return command[fields[0]], command[fields[1]]
+    # Activations and starts are written in their workflow's own queue, under its id.
+    if cmd_id.startswith("start:"):
+        return queue, cmd_id.removeprefix("start:")
+    if cmd_id.startswith("activate:") and cmd_id.count(":") >= 3:
+        return queue, cmd_id.removeprefix("activate:").rsplit(":", 2)[0]
+    return None
 
 
 def _activate(broker: Broker, cmd_id: str, command: dict[str, Any]) -> set[str]:
@@ -124,6 +173,10 @@ def _activate(broker: Broker, cmd_id: str, command: dict[str, Any]) -> set[str]:
             outcomes.append((position, True, "[]"))
             continue
         except Exception as exc:  # a step that cannot run fails like a child that failed
+            logger.warning(
+                "child %s.%s of workflow %r cannot run (%s: %s); it fails", parent.id, position, parent.id,
+                _class_path(exc), exc,
+            )  # fmt: skip
             error = {"type": _class_path(exc), "message": str(exc), "traceback": ""}
             outcomes.append((position, False, dumps(error)))
             continue

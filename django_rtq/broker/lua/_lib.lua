@@ -223,7 +223,98 @@ local function is_workflow(message)
   return ok and type(decoded) == 'table' and WORKFLOW_TASKS[decoded.task] == true
 end
 
--- The command telling a workflow's own workflow (if it has one) how it ended; "" if none.
+-- The keys and settings of a script that changes a waiting workflow (wf_child, wf_start,
+-- wf_cancel). They take the same sixteen keys, in this order: wf, results, applied, commands,
+-- command, msg, state, waiting, completed, archived, info, result, finished, priority,
+-- progress and runs; and as their first three arguments now (ms), the workflow's id, and 1 to
+-- keep records for the ORM mirror (0 not to).
+local function workflow_context()
+  return {
+    wf = KEYS[1], results = KEYS[2], applied = KEYS[3], commands = KEYS[4], command = KEYS[5],
+    msg = KEYS[6], state = KEYS[7], waiting = KEYS[8], completed = KEYS[9], archived = KEYS[10],
+    info = KEYS[11], result = KEYS[12], finished = KEYS[13], priority = KEYS[14], progress = KEYS[15],
+    runs = KEYS[16],
+    now = tonumber(ARGV[1]), id = ARGV[2], mirror = ARGV[3] == '1',
+  }
+end
+
+-- A workflow whose own state in Redis is corrupt (a field a script needs is missing or holds
+-- what it cannot hold, or one of its keys is not a hash) is archived with this error type, the
+-- same as django_rtq.exceptions.CorruptWorkflow (a test checks), instead of making the script
+-- fail: the command that found it is recorded as applied and never tried again.
+local CORRUPT_WORKFLOW = 'django_rtq.exceptions.CorruptWorkflow'
+
+-- A value as the error of a corrupt workflow shows it: quoted, at most 60 bytes, with bytes
+-- that are not printable ASCII escaped (the error is JSON, read as UTF-8).
+local function shown(value)
+  local text = string.gsub(string.sub(value, 1, 60), '[^\32-\126]', function(c)
+    return string.format('\\x%02x', string.byte(c))
+  end)
+  return "'" .. text .. (#value > 60 and "...'" or "'")
+end
+
+local function is_count(value)
+  return value ~= nil and #value <= 15 and string.find(value, '^%d+$') ~= nil
+end
+
+-- What a workflow's field must hold where a script reads it: `test` takes its value (a string,
+-- or nil when the field is missing); `expected` says what it should be, for the error. Numbers
+-- are checked as Redis takes them (HINCRBY refuses "1.0", " 1" or "1e3"), not as tonumber does.
+local WF_CHECK = {
+  count = {expected = 'a whole number', test = is_count},
+  size = {expected = 'a whole number above 0', test = function(v) return is_count(v) and tonumber(v) > 0 end},
+  integer = {expected = 'an integer', test = function(v)
+    return v ~= nil and #v <= 15 and string.find(v, '^%-?%d+$') ~= nil
+  end},
+  flag = {expected = '0 or 1', test = function(v) return v == '0' or v == '1' end},
+  text = {expected = 'a non-empty string', test = function(v) return v ~= nil and v ~= '' end},
+  optional = {expected = 'anything', test = function() return true end},
+  -- A step's spec (see canvas.py): a JSON object with its type of node, "t".
+  node = {expected = 'a JSON node', test = function(v)
+    if v == nil then return false end
+    local ok, node = pcall(cjson.decode, v)
+    return ok and type(node) == 'table' and type(node.t) == 'string'
+  end},
+  kind = {expected = 'chain, group or iterator', test = function(v)
+    return v == 'chain' or v == 'group' or v == 'iterator'
+  end},
+}
+
+-- Why a workflow's field `name` holding `value` (nil when missing) makes it corrupt, given
+-- its check (one of WF_CHECK, or a table of the same shape); nil when the value passes.
+local function field_defect(name, value, check)
+  if check.test(value) then return nil end
+  if value == nil then return "field '" .. name .. "' is missing" end
+  return "field '" .. name .. "' is " .. shown(value) .. ', not ' .. check.expected
+end
+
+-- Read fields of a workflow's hash where a script needs them, each checked: `checks` is a list
+-- of {field name, check}. Returns the values by name, and why the first field that fails its
+-- check makes the workflow corrupt (nil when none does).
+local function read_workflow(w, checks)
+  local names = {}
+  for i, check in ipairs(checks) do names[i] = check[1] end
+  local values = redis.call('HMGET', w.wf, unpack(names))
+  local fields = {}
+  for i, check in ipairs(checks) do
+    local value = values[i] or nil  -- HMGET gives false for a missing field
+    local defect = field_defect(check[1], value, check[2])
+    if defect then return fields, defect end
+    fields[check[1]] = value
+  end
+  return fields, nil
+end
+
+-- Why the workflow's own keys cannot be read (one holds another type than a hash), or nil.
+local function workflow_keys_defect(w)
+  for _, key in ipairs({w.wf, w.results}) do
+    local kind = redis.call('TYPE', key).ok
+    if kind ~= 'hash' and kind ~= 'none' then return 'key ' .. key .. ' is a ' .. kind .. ', not a hash' end
+  end
+  return nil
+end
+
+-- The command telling a workflow's own workflow (if it has one) how it ended; nil if none.
 local function parent_notice(w, ok)
   local parent = redis.call('HMGET', w.wf, 'parent', 'parent_queue', 'position')
   if not parent[1] or parent[1] == '' then return nil end
@@ -231,8 +322,11 @@ local function parent_notice(w, ok)
     pos = tonumber(parent[3]) or parent[3], child = w.id, ok = ok})
 end
 
+-- The workflow's info: its times, from its `created` (the time now if that is corrupt), and
+-- `extra` (JSON members, each after a comma).
 local function workflow_info(w, extra)
-  local created = tonumber(redis.call('HGET', w.wf, 'created') or w.now)
+  local created = redis.call('HGET', w.wf, 'created') or nil
+  created = is_count(created) and tonumber(created) or w.now
   return '{"started_at":' .. (created / 1000) .. ',"attempted_at":' .. (created / 1000) .. extra .. '}'
 end
 
@@ -241,33 +335,16 @@ local function drop_workflow_columns(w)
   redis.call('DEL', w.wf, w.results)
 end
 
--- The workflow succeeded with `result_json`: completed for its retention, or deleted.
-local function finish_workflow(w, result_json)
-  local notice = parent_notice(w, true)
-  if notice then
-    write_command(w.commands, w.command, 'child:' .. w.id,
-      string.sub(notice, 1, -2) .. ',"result":' .. result_json .. '}', w.now)
-  end
-  local retention = tonumber(redis.call('HGET', w.wf, 'retention') or '0')
-  local info_json = workflow_info(w, ',"finished_at":' .. (w.now / 1000))
-  if w.mirror then
-    buffer_finished(w.finished, w.id, 'succeeded', w.now, redis.call('HGET', w.msg, w.id), info_json, result_json)
-  end
-  drop_workflow_columns(w)
-  if retention > 0 then
-    redis.call('HSET', w.state, w.id, 'completed')
-    redis.call('HSET', w.info, w.id, info_json)
-    redis.call('HSET', w.result, w.id, result_json)
-    redis.call('ZADD', w.completed, w.now + retention, w.id)
-  else
-    drop_task(w, w.id)
-  end
-end
-
--- The workflow failed (a child failed for good, or it was cancelled): cancel its children that
--- have not finished (a command to their queues; a postponed workflow has none yet), then
--- archive it (archive_task: its record for the mirror, a command to its own workflow).
+-- The workflow failed (a child failed for good, it was cancelled, or it is corrupt): cancel its
+-- children that have not finished (a command to their queues; a postponed workflow has none
+-- yet), then archive it (archive_task: its record for the mirror, a command to its own
+-- workflow). Reads nothing it cannot cope with: a key of the workflow's that is not a hash is
+-- deleted first, and a corrupt `created` gives way to the time now.
 local function fail_workflow(w, error_type, error_message, child)
+  for _, key in ipairs({w.wf, w.results}) do
+    local kind = redis.call('TYPE', key).ok
+    if kind ~= 'hash' and kind ~= 'none' then redis.call('DEL', key) end
+  end
   local info_json = workflow_info(w, ',"failed_at":' .. (w.now / 1000) .. ',"error_type":' ..
     cjson.encode(error_type) .. ',"error":' .. cjson.encode(error_message) ..
     ',"failed_child":' .. cjson.encode(child or ''))
@@ -290,6 +367,49 @@ local function fail_workflow(w, error_type, error_message, child)
   end
   drop_workflow_columns(w)
   archive_task(w, w.id, info_json, nil)
+end
+
+-- The workflow's own state is corrupt (`defect`: which field or key, and what is wrong with
+-- it): fail it (fail_workflow) with the error type CORRUPT_WORKFLOW. Returns the reply of the
+-- script that found it, {"corrupt", the error}, for its caller to log.
+local function fail_corrupt_workflow(w, defect)
+  local message = 'corrupt workflow: ' .. defect
+  fail_workflow(w, CORRUPT_WORKFLOW, message, nil)
+  return {'corrupt', message}
+end
+
+-- The workflow succeeded with `result_json`: completed for its retention, or deleted; its own
+-- workflow is told. Returns "finished"; or, when a field this needs is corrupt (created,
+-- retention, and its parent's queue and position when it has a parent), fails it instead
+-- (fail_corrupt_workflow) and returns what that does.
+local function finish_workflow(w, result_json)
+  local fields, defect = read_workflow(w, {
+    {'created', WF_CHECK.count}, {'retention', WF_CHECK.count}, {'parent', WF_CHECK.optional},
+  })
+  if not defect and fields.parent and fields.parent ~= '' then
+    fields, defect = read_workflow(w, {{'parent_queue', WF_CHECK.text}, {'position', WF_CHECK.text}})
+  end
+  if defect then return fail_corrupt_workflow(w, defect) end
+  local notice = parent_notice(w, true)
+  if notice then
+    write_command(w.commands, w.command, 'child:' .. w.id,
+      string.sub(notice, 1, -2) .. ',"result":' .. result_json .. '}', w.now)
+  end
+  local retention = tonumber(redis.call('HGET', w.wf, 'retention'))
+  local info_json = workflow_info(w, ',"finished_at":' .. (w.now / 1000))
+  if w.mirror then
+    buffer_finished(w.finished, w.id, 'succeeded', w.now, redis.call('HGET', w.msg, w.id), info_json, result_json)
+  end
+  drop_workflow_columns(w)
+  if retention > 0 then
+    redis.call('HSET', w.state, w.id, 'completed')
+    redis.call('HSET', w.info, w.id, info_json)
+    redis.call('HSET', w.result, w.id, result_json)
+    redis.call('ZADD', w.completed, w.now + retention, w.id)
+  else
+    drop_task(w, w.id)
+  end
+  return 'finished'
 end
 
 -- Has this command been applied in this slot? If not, record that it now is (and forget

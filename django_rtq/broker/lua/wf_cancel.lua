@@ -25,13 +25,7 @@
 -- ARGV[5] -> error message
 --
 -- Returns: 1 when cancelled; 0 when it is not a waiting workflow.
-local w = {
-  wf = KEYS[1], results = KEYS[2], applied = KEYS[3], commands = KEYS[4], command = KEYS[5],
-  msg = KEYS[6], state = KEYS[7], waiting = KEYS[8], completed = KEYS[9], archived = KEYS[10],
-  info = KEYS[11], result = KEYS[12], finished = KEYS[13], priority = KEYS[14], progress = KEYS[15],
-  runs = KEYS[16],
-  now = tonumber(ARGV[1]), id = ARGV[2], mirror = ARGV[3] == '1',
-}
+local w = workflow_context()
 if redis.call('HGET', w.state, w.id) ~= 'waiting' then return 0 end
 fail_workflow(w, ARGV[4], ARGV[5], nil)
 return 1
