@@ -15,7 +15,8 @@ class Component:
     """Runs `run_once()` now and then every `interval` seconds, in a daemon thread, until stopped.
 
     A pass that fails is logged and the next one runs later, backing off while passes keep
-    failing (up to MAX_BACKOFF seconds): one bad pass must not stop the worker, nor flood its log.
+    failing for another reason than Redis being away (up to MAX_BACKOFF seconds): one bad pass
+    must not stop the worker, nor flood its log.
     """
 
     name = "component"
@@ -45,14 +46,16 @@ class Component:
         return self._thread is None or self._thread.is_alive()
 
     def _loop(self) -> None:
-        failures = 0
+        unavailable = failures = 0
         while True:
             try:
                 self.run_once()
-                failures = 0
+                unavailable = failures = 0
             except BrokerUnavailable as exc:
-                failures += 1
-                if failures == 1 or failures % 30 == 0:
+                # No back-off of its own: the client already spent seconds retrying, and the
+                # pass after Redis returns must come at once (leases to renew, results to write).
+                unavailable += 1
+                if unavailable == 1 or unavailable % 30 == 0:
                     self.logger.warning("%s pass skipped: %s", self.name, exc)
             except Exception:
                 failures += 1
@@ -62,5 +65,5 @@ class Component:
                 if failures < 2
                 else min(MAX_BACKOFF, max(self.interval, 0.5) * 2 ** (failures - 1))
             )
-            if self._stop.wait(wait if failures else self.interval):
+            if self._stop.wait(wait):
                 return

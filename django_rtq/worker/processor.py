@@ -116,6 +116,9 @@ class Processor:
         self._lease_budget = self.lease_seconds * (1 - LEASE_SAFETY)
         self._renewed_at = time.monotonic()
         self._threads: list[threading.Thread] = []
+        # Jobs whose lease could not be renewed, that never started or whose handler stopped:
+        # given back as soon as Redis answers, rather than when their lease runs out.
+        self._lost: list[Job] = []
         # queue -> (time.monotonic() before which it is not claimed from, failures in a row)
         self._broken_queues: dict[str, tuple[float, int]] = {}
         # The fetcher listens, while idle, for wake-ups and for tasks handed to it at enqueue.
@@ -216,6 +219,24 @@ class Processor:
                     exc,
                 )
 
+    def _give_back_lost(self) -> None:
+        """Give back the tasks of lost leases (raises BrokerUnavailable, keeping them, while
+        Redis is away). A task another worker has taken since is not this worker's: skipped."""
+        with self._cond:
+            jobs, self._lost = self._lost, []
+        by_queue: dict[str, list[str]] = defaultdict(list)
+        for job in jobs:
+            by_queue[job.claimed.queue].append(job.id)
+        try:
+            for queue, task_ids in by_queue.items():
+                count = self.broker.requeue(queue, task_ids, worker_id=self.worker_id)
+                logger.info("returned %d task(s) whose lease was lost to pending in queue %r", count, queue)
+                jobs = [job for job in jobs if job.claimed.queue != queue]
+        finally:
+            if jobs:
+                with self._cond:
+                    self._lost[:0] = jobs
+
     def _start_thread(self, target: Any, name: str) -> threading.Thread:
         thread = threading.Thread(target=target, name=name, daemon=True)
         thread.start()
@@ -303,6 +324,8 @@ class Processor:
             while self._waker.listen(0) is not None:
                 pass  # wake-ups that came while we were busy: we are about to claim anyway
             try:
+                if self._lost:
+                    self._give_back_lost()
                 claimed_at = time.monotonic()
                 claimed = self._claim(free, start_now)
                 failures = 0
@@ -569,6 +592,8 @@ class Processor:
         with self._cond:
             if not job.settle:  # stopped by the shutdown, or its lease was lost: not ours to settle
                 job.state = JobState.STOPPED
+                if not self._stopping.is_set():
+                    self._lost.append(job)  # its lease was lost; its handler has stopped
                 if self._running.pop(job.id, None) is not None:
                     self._finish_locked(job)
                 self._cond.notify_all()
@@ -664,12 +689,12 @@ class Processor:
             if not jobs:
                 return
             running = [job for job in jobs if job.state is JobState.RUNNING]
-            self._abandon_locked([job for job in jobs if job.state is JobState.QUEUED])
+            self._lost += self._abandon_locked([job for job in jobs if job.state is JobState.QUEUED])
         for job in running:
             self._interrupt(job, LeaseLost("the worker could not renew its lease"), settle=False)
         logger.error(
             "could not renew leases for %.1fs: stopped %d running task(s) and dropped %d waiting "
-            "one(s); other workers will run them once their leases expire",
+            "one(s); they go back to pending once Redis answers, or their lease expires",
             self.lease_seconds * (1 - LEASE_SAFETY),
             len(running),
             len(jobs) - len(running),
