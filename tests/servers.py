@@ -103,20 +103,36 @@ class RedisProcess:
 
 
 class SentinelProcess(RedisProcess):
-    """A `redis-server --sentinel` child process monitoring one master, with a quorum of one."""
+    """A `redis-server --sentinel` child process monitoring one master: by default with a quorum
+    of one and slow to call it down (60 s); a failover test asks for a quorum and quick failovers."""
 
-    def __init__(self, master_port: int, service: str = "mymaster", **kwargs) -> None:
+    def __init__(
+        self,
+        master_port: int,
+        service: str = "mymaster",
+        *,
+        quorum: int = 1,
+        down_after_ms: int = 60_000,
+        failover_timeout_ms: int | None = None,
+        **kwargs,
+    ) -> None:
         super().__init__(**kwargs)
         self.master_port = master_port
         self.service = service
+        self.quorum = quorum
+        self.down_after_ms = down_after_ms
+        self.failover_timeout_ms = failover_timeout_ms
 
     def command(self) -> list[str]:
         # Sentinel needs a config file it can rewrite; options after it override the file.
         config = Path(self.dir) / "sentinel.conf"
-        config.write_text(
-            f"sentinel monitor {self.service} 127.0.0.1 {self.master_port} 1\n"
-            f"sentinel down-after-milliseconds {self.service} 60000\n"
-        )
+        lines = [
+            f"sentinel monitor {self.service} 127.0.0.1 {self.master_port} {self.quorum}",
+            f"sentinel down-after-milliseconds {self.service} {self.down_after_ms}",
+        ]
+        if self.failover_timeout_ms is not None:
+            lines.append(f"sentinel failover-timeout {self.service} {self.failover_timeout_ms}")
+        config.write_text("\n".join(lines) + "\n")
         return [
             server_binary(),
             str(config),

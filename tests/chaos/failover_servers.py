@@ -23,7 +23,7 @@ from typing import Any
 import redis
 
 from tests.cluster import HOST, cli_binary, cluster_port
-from tests.servers import RedisProcess, cleanup_dir, server_binary
+from tests.servers import RedisProcess, SentinelProcess, cleanup_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICE = "mymaster"
@@ -68,40 +68,6 @@ def _replica_online(master_port: int, replica_port: int) -> bool:
     return False
 
 
-class QuorumSentinel(RedisProcess):
-    """A `redis-server --sentinel` process that watches `mymaster` with a quorum of two and
-    fails it over quickly: down after 1 s, failover timeout 5 s."""
-
-    def __init__(self, master_port: int, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.master_port = master_port
-
-    def command(self) -> list[str]:
-        # Sentinel rewrites its configuration file, so each one has a file of its own.
-        config = Path(self.dir) / "sentinel.conf"
-        config.write_text(
-            f"sentinel monitor {SERVICE} {HOST} {self.master_port} 2\n"
-            f"sentinel down-after-milliseconds {SERVICE} 1000\n"
-            f"sentinel failover-timeout {SERVICE} 5000\n"
-            f"sentinel parallel-syncs {SERVICE} 1\n"
-        )
-        return [
-            server_binary(),
-            str(config),
-            "--sentinel",
-            "--port",
-            str(self.port),
-            "--bind",
-            HOST,
-            "--dir",
-            self.dir,
-            "--daemonize",
-            "no",
-            "--logfile",
-            str(Path(self.dir) / "sentinel.log"),
-        ]
-
-
 class SentinelGroup:
     """A master, a replica of it and three sentinels watching them (quorum 2)."""
 
@@ -109,7 +75,14 @@ class SentinelGroup:
         self.servers: list[RedisProcess] = []
         self.master = self._add(RedisProcess())
         self.replica = self._add(RedisProcess("--replicaof", HOST, str(self.master.port)))
-        self.sentinels = [self._add(QuorumSentinel(self.master.port)) for _ in range(3)]
+        self.sentinels = [
+            self._add(
+                SentinelProcess(
+                    self.master.port, SERVICE, quorum=2, down_after_ms=1000, failover_timeout_ms=5000
+                )
+            )
+            for _ in range(3)
+        ]
 
     def _add(self, server: RedisProcess) -> Any:
         self.servers.append(server)

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +20,7 @@ import pytest
 import redis
 
 from django_rtq.broker.keys import Keyspace
+from tests.conftest import wait_for
 from tests.servers import RedisProcess, cleanup_dir
 
 PROJECT = Path(__file__).parent / "project"
@@ -31,18 +32,6 @@ QUEUE = "default"
 LIVE_STATES = ("pending", "active", "scheduled", "retry")
 #: How often the pid watcher looks for processes that died.
 WATCH_SECONDS = 0.05
-
-
-def wait_for(condition: Callable[[], object], timeout: float, message: str, interval: float = 0.05):
-    """Poll `condition` until it returns something truthy; fail the test after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {message}")
-        time.sleep(interval)
 
 
 def every(period: float, count: int) -> Iterator[int]:
@@ -318,7 +307,7 @@ class Chaos:
         return all(process.poll() is not None for process, _ in self.clients)
 
     def wait_clients(self, timeout: float) -> None:
-        wait_for(self.clients_done, timeout, "the enqueueing clients to finish")
+        wait_for(self.clients_done, timeout, message="the enqueueing clients to finish")
         for process, out in self.clients:
             assert process.returncode == 0, (self.dir / f"{out.stem}.log").read_text()
 
@@ -393,11 +382,13 @@ class Chaos:
         wait_for(
             lambda: self.runlog.refresh().started.total() >= count,
             timeout,
-            f"{count} handler runs to start",
+            message=f"{count} handler runs to start",
         )
 
     def wait_ended(self, count: int, timeout: float = 60) -> None:
-        wait_for(lambda: self.runlog.refresh().ended.total() >= count, timeout, f"{count} runs to end")
+        wait_for(
+            lambda: self.runlog.refresh().ended.total() >= count, timeout, message=f"{count} runs to end"
+        )
 
     # checks
 

@@ -287,38 +287,21 @@ SHORT_LEASE = 2.0
 
 
 @pytest.fixture
-def short_lease_lab(settings, prefix, redis_client, caplog, thread_deaths) -> Iterator[Lab]:
+def short_lease_lab(request, settings, prefix, redis_client, caplog, thread_deaths) -> Lab:
     """A lab whose broker and workers hold leases of SHORT_LEASE seconds."""
-    from django_rtq.connection import get_broker, reset_broker
-    from django_rtq.worker.server import Worker
+    from django_rtq.connection import reset_broker
 
     settings.RTQ = {**settings.RTQ, "LEASE_SECONDS": SHORT_LEASE}
-    reset_broker()
-    broker = get_broker()
-    started = []
-
-    @contextmanager
-    def run_worker(**options):
-        worker = Worker(broker=broker, **options)
-        worker.start()
-        started.append(worker)
-        try:
-            yield worker
-        finally:
-            started.remove(worker)
-            worker.stop()
-
+    reset_broker()  # the broker and run_worker fixtures, asked for now, get the short lease
     caplog.set_level(logging.WARNING, logger="django_rtq")
-    yield Lab(
-        broker=broker,
+    return Lab(
+        broker=request.getfixturevalue("broker"),
         client=redis_client,
         caplog=caplog,
         deaths=thread_deaths,
-        run_worker=run_worker,
+        run_worker=request.getfixturevalue("run_worker"),
         prefix=prefix,
     )
-    for worker in started:
-        worker.stop()
 
 
 # Corruptions, each named for the report
