@@ -17,7 +17,15 @@ from .broker.message import TaskMessage
 from .conf import RTQSettings, get_settings
 from .connection import get_broker
 from .exceptions import InvalidTask
-from .registry import SCHEDULE_OPTIONS, TYPE_OPTIONS, TaskType, find_task_type, periodic_task_types
+from .registry import (
+    SCHEDULE_OPTIONS,
+    TASK_ID_PATTERN,
+    TASK_ID_RULE,
+    TYPE_OPTIONS,
+    TaskType,
+    find_task_type,
+    periodic_task_types,
+)
 
 #: Keys of a schedule in `settings.RTQ["PERIODIC"]`, besides the task options below.
 SCHEDULE_KEYS = frozenset({"task", "cron", "every", "args", "kwargs", "timezone"})
@@ -218,8 +226,11 @@ def _from_settings(name: Any, spec: Any) -> ScheduleEntry:
 
 def _entry(name: Any, task_type: TaskType, *, tz: tzinfo | None = None, **fields: Any) -> ScheduleEntry:
     """Build an entry, checking its name and that its task's message can be built."""
-    if not isinstance(name, str) or not name or any(ch.isspace() for ch in name):
-        raise ImproperlyConfigured(f"Periodic task name {name!r} must be a non-empty string without spaces.")
+    if not isinstance(name, str) or not name or not TASK_ID_PATTERN.fullmatch(periodic_task_id(name, 0)):
+        raise ImproperlyConfigured(
+            f"Periodic task name {name!r} must be non-empty and fit in a task id, which is "
+            f"{TASK_ID_RULE}: it becomes part of each tick's task id."
+        )
     if fields.get("cron") is not None and tz is None:
         tz = timezone.get_default_timezone()
     entry = ScheduleEntry(name=name, task_type=task_type, queue="", tz=tz, **fields)

@@ -175,9 +175,10 @@ def test_a_bad_settings_schedule_is_improperly_configured(spec, error):
     assert error in str(raised.value)
 
 
-def test_a_schedule_name_must_have_no_spaces():
-    with pytest.raises(ImproperlyConfigured, match="without spaces"):
-        entries(**{"nightly report": {"task": RECORD, "every": 5}})
+@pytest.mark.parametrize("name", ["nightly report", "reports/nightly", "", "é"])
+def test_a_schedule_name_must_fit_in_a_task_id(name):
+    with pytest.raises(ImproperlyConfigured, match="fit in a task id"):
+        entries(**{name: {"task": RECORD, "every": 5}})
 
 
 def test_a_name_declared_in_settings_and_on_a_task_is_refused(declare):

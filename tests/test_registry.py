@@ -97,6 +97,19 @@ def test_a_name_registered_twice_by_different_functions_is_refused():
         task(name="tests.twice")(second)
 
 
+@pytest.mark.parametrize("task_id", ["order/42", "a b", "", "x" * 256, "100%", "é", "q?x", "a#b", "a\\b", 42])
+def test_a_task_id_outside_the_rule_is_refused_at_prepare(task_id):
+    with pytest.raises(InvalidTask, match="1 to 255 printable ASCII characters"):
+        tasks.add.using(task_id=task_id).prepare(1, 1)
+
+
+@pytest.mark.parametrize(
+    "task_id", ["order-42", "order:42", "user@example.com", "a.b_c+d=e~f", "app.<locals>.f", "x" * 255]
+)
+def test_a_task_id_within_the_rule_is_kept(task_id):
+    assert tasks.add.using(task_id=task_id).prepare(1, 1).id == task_id
+
+
 def test_duplicate_task_id_is_refused(broker):
     tasks.add.using(task_id="same").enqueue(1, 1)
     with pytest.raises(TaskIdConflict, match="'same'"):
