@@ -1,10 +1,31 @@
-"""django-rtq: a Django task queue whose live state is in Redis."""
+"""django-rtq: a Django task queue whose live state is in Redis.
 
-from .connection import get_broker, get_inspector
-from .context import TaskContext, current_task
-from .exceptions import NonRetryableError
-from .registry import TaskType, enqueue_many, task
+The public names below are imported on first use, so that `django_rtq.broker` (which knows
+nothing of Django) can be imported, and tested, without Django.
+"""
 
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .connection import get_broker, get_inspector
+    from .context import TaskContext, current_task
+    from .exceptions import NonRetryableError
+    from .registry import TaskType, enqueue_many, task
+
+#: Each public name and the module it comes from.
+_EXPORTS = {
+    "NonRetryableError": ".exceptions",
+    "TaskContext": ".context",
+    "TaskType": ".registry",
+    "current_task": ".context",
+    "enqueue_many": ".registry",
+    "get_broker": ".connection",
+    "get_inspector": ".connection",
+    "task": ".registry",
+}
 __all__ = [
     "NonRetryableError",
     "TaskContext",
@@ -16,3 +37,15 @@ __all__ = [
     "task",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'django_rtq' has no attribute {name!r}")
+    value = getattr(import_module(_EXPORTS[name], __name__), name)
+    globals()[name] = value  # once imported, a plain module attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return [*globals(), *_EXPORTS]
