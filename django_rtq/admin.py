@@ -14,17 +14,25 @@ from .admin_views.common import task_url
 from .admin_views.urls import live_urlpatterns
 from .exceptions import BrokerUnavailable, TaskNotFound
 from .models import FinishedTask, LiveTask
+from .permissions import CHANGE_LIVE, VIEW_LIVE, has_permission
 
 
 @admin.register(LiveTask)
 class LiveTaskAdmin(admin.ModelAdmin):
     """Hosts the live views: its changelist is the dashboard; the model has no table.
 
-    `view_livetask` lets staff look, `change_livetask` lets them act.
+    `view_livetask` lets staff look, `change_livetask` lets them act (and look): the names of
+    `django_rtq.permissions`, which the API checks too.
     """
 
     def get_urls(self) -> list[URLPattern]:
         return live_urlpatterns(self)  # none of the default views: there are no rows
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return has_permission(request.user, VIEW_LIVE)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return has_permission(request.user, CHANGE_LIVE)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -92,7 +92,8 @@ class RTQSettings:
     SCHEDULER_INTERVAL: float = DEFAULT_SCHEDULER_INTERVAL_SECONDS
     # workflows: seconds between a worker's looks for commands no one applied yet
     COMMAND_INTERVAL: float = DEFAULT_COMMAND_INTERVAL_SECONDS
-    # the REST API (django_rtq.api): DRF classes as dotted paths; None = admin users only
+    # the REST API (django_rtq.api): DRF classes as dotted paths; None = DRF's authentication
+    # classes and django-rtq's permissions (RTQPermissions: see docs/api.md)
     API_AUTHENTICATION_CLASSES: list[str] | None = None
     API_PERMISSION_CLASSES: list[str] | None = None
     API_PAGE_SIZE: int = 50

@@ -62,11 +62,13 @@ class LiveTask(models.Model):
     """No table: the admin's live views over Redis hang on it, and its permissions guard them.
 
     "view" lets staff look at queues, workers and tasks; "change" lets them act (run now,
-    archive, delete, cancel, pause and resume).
+    archive, delete, cancel, pause and resume); "enqueue_task" lets API clients enqueue exposed
+    task types. See `django_rtq.permissions`.
     """
 
     class Meta:
         managed = False
         default_permissions = ("view", "change")
+        permissions = [("enqueue_task", _("Can enqueue tasks through the API"))]
         verbose_name = _("live task")
         verbose_name_plural = _("live tasks")

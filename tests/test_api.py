@@ -6,7 +6,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from django.core.exceptions import ImproperlyConfigured
 from rest_framework.test import APIClient
 
@@ -61,16 +61,19 @@ def test_anonymous_requests_get_401_with_basic_authentication(prefix, settings):
     assert response["WWW-Authenticate"].startswith("Basic")
 
 
-def test_a_user_who_is_not_staff_is_refused(prefix):
+def test_a_user_without_the_permissions_is_refused(prefix, django_user_model):
     client = APIClient()
-    client.force_authenticate(User(username="someone"))
+    client.force_authenticate(django_user_model.objects.create_user("someone"))
     for url in ("queues/", "workers/", "finished/", "task-types/", "tasks/x/"):
         assert client.get(API + url).status_code == 403, url
     assert enqueue(client, name=GREET, args=["x"]).status_code == 403
 
 
-def test_a_logged_in_staff_user_is_allowed(prefix, django_user_model):
-    django_user_model.objects.create_user("staff", password="pw", is_staff=True)
+def test_a_logged_in_staff_user_with_the_permission_is_allowed(prefix, django_user_model):
+    user = django_user_model.objects.create_user("staff", password="pw", is_staff=True)
+    user.user_permissions.add(
+        Permission.objects.get(content_type__app_label="django_rtq", codename="view_livetask")
+    )
     client = APIClient()
     client.login(username="staff", password="pw")
     assert client.get(f"{API}queues/").status_code == 200

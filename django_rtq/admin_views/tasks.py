@@ -17,6 +17,7 @@ from ..broker.inspect import NAME_SEARCH_SCAN, Inspector, TaskInfo
 from ..exceptions import TaskNotFound
 from ..management.base import OPTION_FIELDS
 from ..models import FinishedTask
+from ..permissions import VIEW_HISTORY, has_permission
 from .actions import ACTIONS, STATE_ACTIONS
 from .common import (
     STATE_TIME_LABELS,
@@ -285,7 +286,7 @@ def read_children(model_admin: ModelAdmin, children: Any) -> list[dict[str, Any]
 def not_found(request: HttpRequest, model_admin: ModelAdmin, task_id: str) -> HttpResponse:
     """Say the task is not in Redis, linking to its finished record if the mirror has one."""
     finished_url = None
-    if request.user.has_perm("django_rtq.view_finishedtask"):
+    if has_permission(request.user, VIEW_HISTORY):
         finished = FinishedTask.objects.filter(task_id=task_id).only("task_id").first()
         if finished is not None:
             try:

@@ -22,6 +22,7 @@ from ..conf import get_settings
 from ..connection import get_inspector
 from ..exceptions import DuplicateTask, InvalidStateTransition, InvalidTask, TaskIdConflict
 from ..models import FinishedTask
+from ..permissions import API_PERMISSIONS, CHANGE_LIVE, ENQUEUE, VIEW_HISTORY, VIEW_LIVE
 from ..registry import TaskType, get_task_type, registered_tasks
 from . import serializers as s
 from .arguments import argument_errors
@@ -53,6 +54,12 @@ class APIBase(ConfiguredAccessMixin, APIView):
     schema = AutoSchema()
     parser_classes = [JSONParser]
     renderer_classes = [JSONRenderer]  # the browsable API would need "rest_framework" installed
+    #: What `RTQPermissions` (the default permission class) asks of the user; None: no one.
+    required_permission: str | tuple[str, ...] | None = None
+
+    def object_permission(self, obj: Any) -> str | None:
+        """The permission an object the view found needs besides `required_permission`."""
+        return None
 
     def handle_exception(self, exc: Exception) -> Response:
         return super().handle_exception(translate(exc))
@@ -90,6 +97,8 @@ def describe_parameters(task_type: TaskType) -> list[dict[str, Any]]:
 
 
 class TaskTypeListView(APIBase):
+    required_permission = (VIEW_LIVE, ENQUEUE)  # who may enqueue sees what it may enqueue
+
     @documented(
         operation_id="list_task_types",
         summary="List the exposed task types",
@@ -110,6 +119,8 @@ class TaskTypeListView(APIBase):
 
 
 class EnqueueView(APIBase):
+    required_permission = ENQUEUE
+
     @documented(
         operation_id="enqueue_task",
         summary="Enqueue a task of an exposed type",
@@ -151,6 +162,11 @@ class EnqueueView(APIBase):
 
 
 class TaskDetailView(APIBase):
+    required_permission = VIEW_LIVE
+
+    def object_permission(self, obj: Any) -> str | None:
+        return None if obj["live"] else VIEW_HISTORY  # a finished task is history
+
     @documented(
         operation_id="get_task",
         summary="Get a task: state, result, errors, progress",
@@ -159,12 +175,15 @@ class TaskDetailView(APIBase):
     )
     def get(self, request: Request, task_id: str) -> Response:
         queue = self.query(s.TaskQuerySerializer).get("queue")
-        return Response(s.TaskSerializer(find_task(task_id, queue)).data)
+        data = find_task(task_id, queue)
+        self.check_object_permissions(request, data)
+        return Response(s.TaskSerializer(data).data)
 
 
 class TaskActionView(APIBase):
     # Acts on one live task by hand; each subclass is one action.
 
+    required_permission = CHANGE_LIVE
     allowed: tuple[TaskState, ...] = ()
 
     def live_task(self, task_id: str) -> Any:
@@ -260,6 +279,8 @@ def queue_names() -> list[str]:
 
 
 class QueueListView(APIBase):
+    required_permission = VIEW_LIVE
+
     @documented(
         operation_id="list_queues",
         summary="List the queues with their stats",
@@ -272,6 +293,8 @@ class QueueListView(APIBase):
 
 
 class QueueDetailView(APIBase):
+    required_permission = VIEW_LIVE
+
     @documented(
         operation_id="get_queue",
         summary="Get a queue's stats and daily history",
@@ -294,6 +317,8 @@ def queue_detail(queue: str, days: int = 7) -> dict[str, Any]:
 
 
 class QueuePauseView(APIBase):
+    required_permission = CHANGE_LIVE
+
     @documented(
         operation_id="pause_queue",
         summary="Pause a queue: workers stop claiming from it",
@@ -306,6 +331,8 @@ class QueuePauseView(APIBase):
 
 
 class QueueResumeView(APIBase):
+    required_permission = CHANGE_LIVE
+
     @documented(
         operation_id="resume_queue",
         summary="Resume a paused queue",
@@ -318,6 +345,8 @@ class QueueResumeView(APIBase):
 
 
 class QueueTasksView(APIBase):
+    required_permission = VIEW_LIVE
+
     @documented(
         operation_id="list_queue_tasks",
         summary="List a page of a queue's tasks in a state",
@@ -343,6 +372,8 @@ class QueueTasksView(APIBase):
 
 
 class WorkerListView(APIBase):
+    required_permission = VIEW_LIVE
+
     @documented(
         operation_id="list_workers",
         summary="List the live workers",
@@ -353,6 +384,8 @@ class WorkerListView(APIBase):
 
 
 class FinishedTaskListView(APIBase):
+    required_permission = VIEW_HISTORY
+
     @documented(
         operation_id="list_finished_tasks",
         summary="List finished tasks (the ORM mirror), newest first",
@@ -381,6 +414,8 @@ class FinishedTaskListView(APIBase):
 
 class SchemaView(ConfiguredAccessMixin, SpectacularAPIView):
     """The OpenAPI schema of this API alone, with its paths as mounted."""
+
+    required_permission = API_PERMISSIONS  # any user of the API may read it
 
     custom_settings = {
         "TITLE": "django-rtq API",
