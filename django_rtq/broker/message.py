@@ -49,15 +49,14 @@ class TaskMessage:
             message = cls(**data)
         except TypeError as exc:
             raise ValueError(f"task message has unexpected fields: {exc}") from None
-        for name, expected in _FIELD_TYPES.items():
-            value = getattr(message, name)
-            if not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected):
+        for name, value in data.items():  # JSON gives exact types: a bool is not an int here
+            expected = _FIELD_TYPES[name]
+            if type(value) not in expected:
                 raise ValueError(
                     f"task message field {name!r} is {value!r}, not of type {_type_names(expected)}"
                 )
-        for name, allowed in _FIELD_RANGES.items():
-            value = getattr(message, name)
-            if value is not None and not allowed(value):
+            allowed = _FIELD_RANGES.get(name)
+            if allowed is not None and value is not None and not allowed(value):
                 raise ValueError(f"task message field {name!r} is {value!r}, out of its range")
         return message
 
