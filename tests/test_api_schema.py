@@ -1,7 +1,14 @@
-"""Schemathesis over the API's served OpenAPI schema: no request it generates may get a 5xx."""
+"""Schemathesis over the API's served OpenAPI schema: every request it generates gets an answer
+that keeps the schema's contract (all of Schemathesis's checks, a 5xx first of all).
+
+The run is deterministic (a fixed seed), so CI is; RTQ_SCHEMATHESIS_RANDOM=1 runs it with a
+random seed instead, and names the seed in the failure (RTQ_SCHEMATHESIS_SEED=<seed> replays it).
+"""
 
 from __future__ import annotations
 
+import os
+import random
 from collections import Counter
 
 import pytest
@@ -10,11 +17,12 @@ from django.contrib.auth.models import User
 from django.core.wsgi import get_wsgi_application
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from hypothesis import HealthCheck, given
+from hypothesis import seed as hypothesis_seed
 from hypothesis import settings as hypothesis_settings
 from hypothesis.errors import Unsatisfiable
 from rest_framework.authentication import BaseAuthentication
-from schemathesis.checks import not_a_server_error
 from schemathesis.generation import GenerationMode
+from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
 from tests.testapp import api_tasks, tasks
 
@@ -22,6 +30,22 @@ SCHEMA_URL = "/rtq/api/schema/?format=json"
 AUTH = {"X-Test-Admin": "yes"}
 #: Examples per operation and variant: enough to find a crash, bounded to keep the run short.
 MAX_EXAMPLES = 30
+#: Checks left out, with why:
+#: - negative_data_rejection: it counts a query with parameters the schema does not name as
+#:   invalid, and the API ignores unknown query parameters, as DRF does.
+#: - positive_data_acceptance: `queue` of an enqueue is a string in the schema, but only the
+#:   configured queues (and the task type's own) are accepted, which the schema cannot list.
+EXCLUDED_CHECKS = [negative_data_rejection, positive_data_acceptance]
+#: The seed of a CI run; RTQ_SCHEMATHESIS_SEED picks another, RTQ_SCHEMATHESIS_RANDOM=1 a random one.
+FIXED_SEED = 20261123
+
+
+def run_seed() -> int:
+    if os.environ.get("RTQ_SCHEMATHESIS_SEED"):
+        return int(os.environ["RTQ_SCHEMATHESIS_SEED"])
+    if os.environ.get("RTQ_SCHEMATHESIS_RANDOM") == "1":
+        return random.SystemRandom().randrange(2**32)
+    return FIXED_SEED
 
 
 class HeaderAuthentication(BaseAuthentication):
@@ -61,9 +85,10 @@ def seed() -> dict[str, str]:
     return {"pending": pending.id, "scheduled": scheduled.id}
 
 
-def run_operation(operation, statuses: Counter, **fixed) -> None:
+def run_operation(operation, statuses: Counter, seed: int, **fixed) -> None:
     for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
 
+        @hypothesis_seed(seed)
         @given(case=operation.as_strategy(generation_mode=mode, **fixed))
         @hypothesis_settings(
             max_examples=MAX_EXAMPLES,
@@ -72,7 +97,8 @@ def run_operation(operation, statuses: Counter, **fixed) -> None:
             suppress_health_check=list(HealthCheck),
         )
         def check(case):
-            response = case.call_and_validate(headers=AUTH, checks=[not_a_server_error])
+            # Every check Schemathesis has, but those listed in EXCLUDED_CHECKS.
+            response = case.call_and_validate(headers=AUTH, excluded_checks=EXCLUDED_CHECKS)
             statuses[response.status_code] += 1
 
         try:
@@ -85,8 +111,9 @@ def run_operation(operation, statuses: Counter, **fixed) -> None:
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(110)
-def test_no_request_gets_a_server_error(app):
+def test_every_request_keeps_the_contract(app):
     ids = seed()
+    run = run_seed()
     schema = schemathesis.openapi.from_wsgi(SCHEMA_URL, app, headers=AUTH)
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) == 14
@@ -98,8 +125,8 @@ def test_no_request_gets_a_server_error(app):
         variants = [{}, {"path_parameters": fixed}] if fixed else [{}]
         for variant in variants:
             try:
-                run_operation(operation, statuses, **variant)
+                run_operation(operation, statuses, run, **variant)
             except Exception as exc:  # collect them all, then fail once
                 failures.append(f"{operation.label} {variant}: {exc}")
-    assert not failures, "\n\n".join(failures)
+    assert not failures, f"seed {run} (RTQ_SCHEMATHESIS_SEED={run} replays it):\n\n" + "\n\n".join(failures)
     assert {200, 201, 400, 404} <= set(statuses), statuses  # it got past validation, and was refused

@@ -6,7 +6,7 @@ import functools
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, unquote, urlencode
 
 from django.contrib.admin import ModelAdmin
 from django.core.exceptions import PermissionDenied
@@ -93,6 +93,25 @@ def admin_url(model_admin: ModelAdmin, name: str, *args: Any, query: dict[str, A
 
 def url_name(name: str) -> str:
     return "django_rtq_livetask_changelist" if name == "dashboard" else f"django_rtq_{name}"
+
+
+class TaskIdConverter:
+    """A task id in the task page's URL, as one path segment that is never "." or "..".
+
+    Ids stored before ids were checked may hold "/", "%" or be "..": `to_url` quotes them all
+    (and reverse() quotes the "%"), so that a link to the task page of `../../auth/user/` stays
+    a link to that task page, not one a browser resolves to another admin page.
+    `to_python` unquotes, so a hand-written task/reports/2026/ still finds "reports/2026".
+    """
+
+    regex = ".+"
+
+    def to_python(self, value: str) -> str:
+        return unquote(value)
+
+    def to_url(self, value: str) -> str:
+        quoted = quote(value, safe="")
+        return quoted.replace(".", "%2E") if quoted in (".", "..") else quoted
 
 
 def task_url(model_admin: ModelAdmin, task_id: str, queue: str | None = None) -> str:

@@ -7,6 +7,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.admin import ModelAdmin
+from django.contrib.admin.utils import quote
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -291,7 +292,7 @@ def not_found(request: HttpRequest, model_admin: ModelAdmin, task_id: str) -> Ht
         if finished is not None:
             try:
                 finished_url = reverse(
-                    f"{model_admin.admin_site.name}:django_rtq_finishedtask_change", args=[finished.pk]
+                    f"{model_admin.admin_site.name}:django_rtq_finishedtask_change", args=[quote(finished.pk)]
                 )
             except NoReverseMatch:
                 finished_url = None

@@ -11,6 +11,7 @@ from rest_framework import serializers
 from ..broker.message import MAX_PRIORITY, MIN_PRIORITY
 from ..broker.states import TaskState
 from ..models import FinishedTask
+from ..registry import TASK_ID_PATTERN, TASK_ID_RULE
 
 #: Most items a page of a list may hold (`limit`).
 MAX_PAGE_SIZE = 500
@@ -39,9 +40,16 @@ class EnqueueSerializer(serializers.Serializer):
     )
     task_id = serializers.CharField(
         required=False,
+        trim_whitespace=False,  # " x" is refused, not silently made "x"
         max_length=255,
-        validators=[RegexValidator(r"^\S+$", "A task id cannot contain spaces.")],
-        help_text="An id of your own; a task with this id must not exist yet.",
+        # prepare()'s rule, anchored (and shown as the schema's `pattern`).
+        validators=[
+            # the message is %-formatted with the value: the rule's own "%" is escaped
+            RegexValidator(
+                rf"\A{TASK_ID_PATTERN.pattern}\Z", f"A task id must be {TASK_ID_RULE}.".replace("%", "%%")
+            )
+        ],
+        help_text=f"An id of your own ({TASK_ID_RULE}); a task with this id must not exist yet.",
     )
 
     def validate_queue(self, value: str) -> str:

@@ -10,7 +10,6 @@ from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework import status
 from rest_framework.exceptions import NotFound, ValidationError
-from rest_framework.parsers import JSONParser
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -29,6 +28,7 @@ from .arguments import argument_errors
 from .exceptions import Conflict, translate
 from .lookup import as_datetime, find_task, live_task_data
 from .pagination import page_bounds, page_data
+from .parsers import BoundedJSONParser, check_json_body
 from .permissions import ConfiguredAccessMixin
 from .schema import CONFLICT, INVALID, NOT_FOUND, documented
 
@@ -52,7 +52,7 @@ class APIBase(ConfiguredAccessMixin, APIView):
     # docstrings on the views: drf-spectacular would show them as operation descriptions.)
 
     schema = AutoSchema()
-    parser_classes = [JSONParser]
+    parser_classes = [BoundedJSONParser]
     renderer_classes = [JSONRenderer]  # the browsable API would need "rest_framework" installed
     #: What `RTQPermissions` (the default permission class) asks of the user; None: no one.
     required_permission: str | tuple[str, ...] | None = None
@@ -60,6 +60,11 @@ class APIBase(ConfiguredAccessMixin, APIView):
     def object_permission(self, obj: Any) -> str | None:
         """The permission an object the view found needs besides `required_permission`."""
         return None
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)  # authenticated and allowed first
+        if request.method == "POST" and hasattr(self, "post"):
+            check_json_body(request)
 
     def handle_exception(self, exc: Exception) -> Response:
         return super().handle_exception(translate(exc))
@@ -431,3 +436,22 @@ class SchemaView(ConfiguredAccessMixin, SpectacularAPIView):
         prefix = route.removesuffix("schema/") if route.endswith("schema/") else ""
         self.patterns = [path(prefix, include((api_urlpatterns, "rtq_api")))]
         return super().get(request, *args, **kwargs)
+
+    def handle_exception(self, exc: Exception) -> Response:
+        response = super().handle_exception(exc)
+        # Errors are JSON, as everywhere in the API, whatever format the schema was asked in.
+        self.request.accepted_renderer, self.request.accepted_media_type = JSONRenderer(), "application/json"
+        return response
+
+
+class NotFoundView(APIView):
+    # Any other path under the API's prefix (the catch-all route of urls.py): a JSON 404 for every method,
+    # before authentication, as Django's own 404 would be.
+
+    schema = None
+    authentication_classes: list[type] = []
+    permission_classes: list[type] = []
+    renderer_classes = [JSONRenderer]
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        raise NotFound("No such route in the API.")
