@@ -181,7 +181,7 @@ def bench_enqueue_bulk(n: int, clear_queue) -> None:
     clear_queue()
 
 
-def start_worker(concurrency: int, inspector) -> subprocess.Popen:
+def start_worker(concurrency: int, ops) -> subprocess.Popen:
     env = dict(os.environ)
     env["DJANGO_SETTINGS_MODULE"] = "bench.settings"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
@@ -191,7 +191,7 @@ def start_worker(concurrency: int, inspector) -> subprocess.Popen:
     ]  # fmt: skip
     worker = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL)
     deadline = time.monotonic() + WORKER_START_TIMEOUT
-    while not inspector.workers():
+    while not ops.workers():
         if worker.poll() is not None:
             raise RuntimeError(f"the worker exited with code {worker.returncode} before registering")
         if time.monotonic() > deadline:
@@ -215,7 +215,7 @@ def stop_worker(worker: subprocess.Popen) -> int | None:
     return worker.returncode
 
 
-def bench_drain(n: int, concurrency: int, broker, inspector, workers: list, *, mirror: bool) -> float:
+def bench_drain(n: int, concurrency: int, broker, ops, workers: list, *, mirror: bool) -> float:
     """Drain n tasks with a fresh worker process; print and return the rate (tasks/s)."""
     from bench.tasks import noop
     from django_rtq import enqueue_many
@@ -224,11 +224,11 @@ def bench_drain(n: int, concurrency: int, broker, inspector, workers: list, *, m
 
     qk = broker.queue(QUEUE)
     client = broker.client
-    inspector.pause(QUEUE)
+    broker.pause(QUEUE)
     FinishedTask.objects.all().delete()
     enqueue_many([noop.prepare() for _ in range(n)])
     os.environ["RTQ_BENCH_MIRROR"] = "1" if mirror else "0"  # read by the worker process
-    worker = start_worker(concurrency, inspector)
+    worker = start_worker(concurrency, ops)
     workers.append(worker)
 
     def processed_keys() -> list[str]:
@@ -251,7 +251,7 @@ def bench_drain(n: int, concurrency: int, broker, inspector, workers: list, *, m
         return pending + active, done
 
     start = time.perf_counter()
-    inspector.resume(QUEUE)
+    broker.resume(QUEUE)
     deadline = time.monotonic() + DRAIN_TIMEOUT
     while True:
         left, done = look()
@@ -394,10 +394,10 @@ def main() -> int:
 
     call_command("migrate", verbosity=0)
 
-    from django_rtq import get_broker, get_inspector
+    from django_rtq import Operations, get_broker
 
     broker = get_broker()
-    inspector = get_inspector()
+    ops = Operations()
     client = broker.client
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     workers: list[subprocess.Popen] = []
@@ -417,7 +417,7 @@ def main() -> int:
             for mirror in modes:
                 if workers:
                     stop_worker(workers.pop())
-                rate_ = bench_drain(args.tasks, args.concurrency, broker, inspector, workers, mirror=mirror)
+                rate_ = bench_drain(args.tasks, args.concurrency, broker, ops, workers, mirror=mirror)
                 rates[mirror].append(rate_)
         if args.repeat > 1:
             print_drain_medians(rates)

@@ -41,12 +41,12 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def wait_finished(inspector, workflow_id: str) -> float:
+def wait_finished(ops, workflow_id: str) -> float:
     """Poll until the workflow has left `waiting`; return when (perf_counter)."""
     from django_rtq.broker import TaskState
 
     deadline = time.monotonic() + TIMEOUT
-    while inspector.get_task(workflow_id).state == TaskState.WAITING:
+    while ops.live_task(workflow_id).state == TaskState.WAITING:
         if time.monotonic() > deadline:
             raise RuntimeError(f"workflow {workflow_id} did not finish within {TIMEOUT:.0f} s")
         time.sleep(0.005)
@@ -58,17 +58,17 @@ def main() -> int:
     prefix = f"rtqbench-{uuid.uuid4().hex[:10]}"
     setup_django(args.redis_url, prefix)
     from bench.tasks import chunk_sum, chunks, inc, total
-    from django_rtq import get_broker, get_inspector
+    from django_rtq import Operations, get_broker
     from django_rtq.workflows import chain, map_reduce
 
-    broker, inspector = get_broker(), get_inspector()
-    worker = start_worker(args.concurrency, inspector)
+    broker, ops = get_broker(), Operations()
+    worker = start_worker(args.concurrency, ops)
     try:
         print(header(broker.client, len(os.sched_getaffinity(0))), flush=True)
         start = time.perf_counter()
         workflow_id = map_reduce(chunks.s(args.chunks, 1), chunk_sum.s(), total.s(), retention=60).enqueue()
-        elapsed = wait_finished(inspector, workflow_id) - start
-        result = inspector.get_task(workflow_id).result
+        elapsed = wait_finished(ops, workflow_id) - start
+        result = ops.live_task(workflow_id).result
         assert result == sum(range(args.chunks)), result
         print(
             f"map/reduce: {args.chunks} chunks in {elapsed:.2f} s = {args.chunks / elapsed:,.0f} chunks/s "
@@ -77,8 +77,8 @@ def main() -> int:
         )
         start = time.perf_counter()
         workflow_id = chain(inc.s(0), *[inc.s() for _ in range(args.chain - 1)], retention=60).enqueue()
-        elapsed = wait_finished(inspector, workflow_id) - start
-        assert inspector.get_task(workflow_id).result == args.chain
+        elapsed = wait_finished(ops, workflow_id) - start
+        assert ops.live_task(workflow_id).result == args.chain
         print(
             f"chain: {args.chain} steps in {elapsed:.2f} s = {elapsed / args.chain * 1000:.1f} ms a step",
             flush=True,

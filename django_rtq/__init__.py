@@ -10,30 +10,31 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .connection import get_broker, get_inspector
+    from .connection import get_broker
     from .context import TaskContext, current_task
     from .exceptions import NonRetryableError
+    from .operations import Operations
     from .registry import TaskType, enqueue_many, task
 
 #: Each public name and the module it comes from.
 _EXPORTS = {
     "NonRetryableError": ".exceptions",
+    "Operations": ".operations",
     "TaskContext": ".context",
     "TaskType": ".registry",
     "current_task": ".context",
     "enqueue_many": ".registry",
     "get_broker": ".connection",
-    "get_inspector": ".connection",
     "task": ".registry",
 }
 __all__ = [
     "NonRetryableError",
+    "Operations",
     "TaskContext",
     "TaskType",
     "current_task",
     "enqueue_many",
     "get_broker",
-    "get_inspector",
     "task",
 ]
 __version__ = "0.1.0"

@@ -6,15 +6,16 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin.utils import unquote
+from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import URLPattern
 
-from . import get_inspector
 from .admin_views.common import task_url
 from .admin_views.urls import live_urlpatterns
 from .exceptions import BrokerUnavailable, TaskNotFound
 from .models import FinishedTask, LiveTask
-from .permissions import CHANGE_LIVE, VIEW_LIVE, has_permission
+from .operations import Operations
+from .permissions import CHANGE_LIVE, VIEW_LIVE
 
 
 @admin.register(LiveTask)
@@ -29,10 +30,10 @@ class LiveTaskAdmin(admin.ModelAdmin):
         return live_urlpatterns(self)  # none of the default views: there are no rows
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return has_permission(request.user, VIEW_LIVE)
+        return Operations(request.user).allows(VIEW_LIVE)
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return has_permission(request.user, CHANGE_LIVE)
+        return Operations(request.user).allows(CHANGE_LIVE)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -75,6 +76,10 @@ class FinishedTaskAdmin(admin.ModelAdmin):
     readonly_fields = fields
     change_form_template = "admin/django_rtq/finishedtask/change_form.html"
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[FinishedTask]:
+        # From the mirror's database (RTQ["MIRROR_DATABASE"]), as every surface reads history.
+        return Operations(request.user).finished_tasks()
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
@@ -104,7 +109,7 @@ class FinishedTaskAdmin(admin.ModelAdmin):
         if obj is None or not live_admin.has_view_permission(request):
             return {}
         try:
-            task = get_inspector().get_task(obj.task_id, queue=obj.queue)
+            task = Operations(request.user).live_task(obj.task_id, queue=obj.queue)
         except TaskNotFound:
             return {"live_task_note": "This task is no longer in Redis."}
         except BrokerUnavailable:

@@ -18,12 +18,16 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
+from .broker.inspect import TaskInfo
+from .broker.message import TaskMessage
 from .broker.states import TaskState
 from .conf import get_settings, validate_queue_name
-from .connection import get_broker, get_inspector
+from .connection import get_broker
 from .context import current_task
 from .exceptions import InvalidTask, TaskNotFound
-from .mirror import as_datetime, row_from_record
+from .formats import django_datetime
+from .models import FinishedTask
+from .operations import Operations
 from .registry import TaskType, build_message, register_task
 
 try:  # Django 6.0+
@@ -47,6 +51,7 @@ STATUS_OF_STATE = {
     TaskState.ACTIVE: TaskResultStatus.RUNNING,
     TaskState.COMPLETED: TaskResultStatus.SUCCESSFUL,
     TaskState.ARCHIVED: TaskResultStatus.FAILED,
+    TaskState.WAITING: TaskResultStatus.RUNNING,  # a workflow, waiting for its children
 }
 
 #: Keys of a backend's OPTIONS: defaults for its tasks, over RTQ's own.
@@ -129,7 +134,7 @@ class RTQBackend(BaseTaskBackend):
             task=task,
             id=message.id,
             status=TaskResultStatus.READY,
-            enqueued_at=as_datetime(message.enqueued_at),
+            enqueued_at=django_datetime(message.enqueued_at),
             started_at=None,
             finished_at=None,
             last_attempted_at=None,
@@ -143,44 +148,39 @@ class RTQBackend(BaseTaskBackend):
         return result
 
     def get_result(self, result_id: str) -> TaskResult:
+        """The task's result: live in Redis, else finished (in the mirror's buffer or the ORM)."""
         try:
-            live = get_inspector().get_task(result_id)
+            found = Operations().find_task(result_id)
         except TaskNotFound:
-            live = None
-        if live is not None and live.message is not None:
-            info = dict(live.info)
-            workers = list(info.get("workers") or [])
-            if live.state == TaskState.ACTIVE:
-                workers.append(live.owner or "")
-                if not info.get("attempted_at") and live.score_at:
-                    # Not recorded while it runs: the start of its current lease is near enough.
-                    info["attempted_at"] = live.score_at - get_settings().LEASE_SECONDS
-                info.setdefault("started_at", info.get("attempted_at"))
-            message = live.message
-            return self._result(
-                result_id,
-                task_name=message.task,
-                status=STATUS_OF_STATE[live.state],
-                args=message.args,
-                kwargs=message.kwargs,
-                enqueued_at=message.enqueued_at,
-                info=info,
-                workers=workers,
-                return_value=live.result,
-            )
-        for queue, record in get_broker().finished_records(result_id, self._queues()).items():
-            return self._result_from_row(row_from_record(result_id, queue, record))
-        from .models import FinishedTask
+            raise TaskResultDoesNotExist(result_id) from None
+        if isinstance(found, FinishedTask):
+            return self._result_from_row(found)
+        if found.message is None:
+            raise TaskResultDoesNotExist(f"Task {result_id!r} has a message that cannot be read.")
+        return self._result_from_live(found, found.message)
 
-        row = FinishedTask.objects.using(get_settings().MIRROR_DATABASE).filter(pk=result_id).first()
-        if row is None:
-            raise TaskResultDoesNotExist(result_id)
-        return self._result_from_row(row)
+    def _result_from_live(self, live: TaskInfo, message: TaskMessage) -> TaskResult:
+        info = dict(live.info)
+        workers = list(info.get("workers") or [])
+        if live.state == TaskState.ACTIVE:
+            workers.append(live.owner or "")
+            if not info.get("attempted_at") and live.score_at:
+                # Not recorded while it runs: the start of its current lease is near enough.
+                info["attempted_at"] = live.score_at - get_settings().LEASE_SECONDS
+            info.setdefault("started_at", info.get("attempted_at"))
+        return self._result(
+            live.id,
+            task_name=message.task,
+            status=STATUS_OF_STATE[live.state],
+            args=message.args,
+            kwargs=message.kwargs,
+            enqueued_at=message.enqueued_at,
+            info=info,
+            workers=workers,
+            return_value=live.result,
+        )
 
-    def _queues(self) -> list[str]:
-        return sorted(set(self.queues) | set(get_broker().known_queues()))
-
-    def _result_from_row(self, row: Any) -> TaskResult:
+    def _result_from_row(self, row: FinishedTask) -> TaskResult:
         return self._result(
             row.task_id,
             task_name=row.task_name,
@@ -219,15 +219,15 @@ class RTQBackend(BaseTaskBackend):
         if not isinstance(task, Task):
             raise TaskResultDoesNotExist(f"Task {result_id!r} ({task_name}) is not a django.tasks task.")
         if status in (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED) and finished_at is None:
-            finished_at = as_datetime(info.get("finished_at") or info.get("failed_at"))
+            finished_at = django_datetime(info.get("finished_at") or info.get("failed_at"))
         result = TaskResult(
             task=task,
             id=result_id,
             status=status,
             enqueued_at=_when(enqueued_at),
-            started_at=started_at or as_datetime(info.get("started_at")),
+            started_at=started_at or django_datetime(info.get("started_at")),
             finished_at=finished_at,
-            last_attempted_at=last_attempted_at or as_datetime(info.get("attempted_at")),
+            last_attempted_at=last_attempted_at or django_datetime(info.get("attempted_at")),
             args=args,
             kwargs=kwargs,
             backend=self.alias,
@@ -267,7 +267,7 @@ def _last_attempt(row: Any) -> datetime | None:
 
 
 def _when(value: float | datetime | None) -> datetime | None:
-    return value if isinstance(value, datetime) or value is None else as_datetime(value)
+    return value if isinstance(value, datetime) or value is None else django_datetime(value)
 
 
 def _runner(task: RTQTask) -> Any:
@@ -278,13 +278,13 @@ def _runner(task: RTQTask) -> Any:
     def running_result() -> TaskResult:
         context = current_task()
         info = context.info if context else {}
-        started = as_datetime(context.started_at) if context else None
+        started = django_datetime(context.started_at) if context else None
         return TaskResult(
             task=task,
             id=context.id if context else "",
             status=TaskResultStatus.RUNNING,
-            enqueued_at=as_datetime(context.enqueued_at) if context else None,
-            started_at=as_datetime(info.get("started_at")) or started,
+            enqueued_at=django_datetime(context.enqueued_at) if context else None,
+            started_at=django_datetime(info.get("started_at")) or started,
             finished_at=None,
             last_attempted_at=started,
             args=[],
@@ -305,7 +305,7 @@ def _runner(task: RTQTask) -> Any:
         return result, ((TaskContext(task_result=result), *args) if task.takes_context else args)
 
     def finished(result: TaskResult, value: Any = None, error: BaseException | None = None) -> None:
-        object.__setattr__(result, "finished_at", as_datetime(time.time()))
+        object.__setattr__(result, "finished_at", django_datetime(time.time()))
         if error is None:
             object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
             object.__setattr__(result, "_return_value", value)

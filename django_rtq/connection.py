@@ -216,10 +216,3 @@ def _on_setting_changed(setting: str, **kwargs: Any) -> None:
 
 # A forked child must not share its parent's sockets.
 os.register_at_fork(after_in_child=lambda: globals().__setitem__("_broker", None))
-
-
-def get_inspector():
-    """Return an inspector over this process's broker."""
-    from .broker.inspect import Inspector
-
-    return Inspector(get_broker())

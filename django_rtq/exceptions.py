@@ -13,6 +13,14 @@ class TaskNotFound(RTQError, LookupError):
     """No task with that id exists in Redis."""
 
 
+class QueueNotFound(RTQError, LookupError):
+    """No queue of that name is configured or was ever enqueued to."""
+
+
+class BulkJobNotFound(RTQError, LookupError):
+    """No action on whole states with that id is recorded (finished ones are kept an hour)."""
+
+
 class TaskIdConflict(RTQError):
     """A task with the given id already exists."""
 

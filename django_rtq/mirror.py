@@ -5,16 +5,15 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from functools import cache
 from typing import Any
 
-from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, models, transaction
 from django.db.models.constants import OnConflict
-from django.utils import timezone
 
 from .broker import Broker
+from .formats import django_datetime
 from .models import FinishedTask
 
 logger = logging.getLogger(__name__)
@@ -59,9 +58,9 @@ def values_from_record(task_id: str, queue: str, record_json: str) -> dict[str, 
         attempts=max(len(workers), int(info.get("retried", 0)) + 1),
         worker=_clip(info.get("worker") or ""),
         workers=workers,
-        enqueued_at=as_datetime(msg.get("enqueued_at")),
-        started_at=as_datetime(info.get("started_at")),
-        finished_at=as_datetime(finished_at),
+        enqueued_at=django_datetime(msg.get("enqueued_at")),
+        started_at=django_datetime(info.get("started_at")),
+        finished_at=django_datetime(finished_at),
         duration=timedelta(seconds=max(0.0, finished_at - attempted_at)) if attempted_at else None,
         parent_id=_clip(msg.get("parent") or ""),
     )
@@ -164,14 +163,6 @@ def _sanitized(value: Any) -> Any:
     if isinstance(value, (list, dict)):
         return json.loads(json.dumps(value).replace("\\u0000", ""))
     return value
-
-
-def as_datetime(epoch_seconds: float | None) -> datetime | None:
-    """An epoch time as the ORM wants it: aware in UTC, or naive local time without USE_TZ."""
-    if epoch_seconds is None:
-        return None
-    moment = datetime.fromtimestamp(epoch_seconds, UTC)
-    return moment if settings.USE_TZ else timezone.make_naive(moment)
 
 
 def _clip(text: str, length: int = 255) -> str:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta, tzinfo
+from datetime import UTC, datetime, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -23,6 +22,7 @@ from .registry import (
     TASK_ID_RULE,
     TYPE_OPTIONS,
     TaskType,
+    check_schedule,
     find_task_type,
     periodic_task_types,
 )
@@ -107,33 +107,6 @@ def parse_periodic_id(task_id: str) -> tuple[str, int] | None:
     if not name or not tick.isdigit():
         return None
     return name, int(tick)
-
-
-def check_schedule(name: str, *, cron: Any, every: Any) -> tuple[str | None, float | None]:
-    """Validate a schedule's timing (exactly one of a cron expression or an interval);
-    return (cron, every in seconds)."""
-    if (cron is None) == (every is None):
-        which = "both" if cron is not None else "neither"
-        raise ImproperlyConfigured(f"Periodic task {name!r} needs either 'cron' or 'every', not {which}.")
-    if cron is not None:
-        if not isinstance(cron, str) or not croniter.is_valid(cron):
-            raise ImproperlyConfigured(
-                f"Periodic task {name!r}: {cron!r} is not a valid cron expression "
-                f"(five fields, minute hour day-of-month month day-of-week, e.g. '*/5 * * * *')."
-            )
-        return cron, None
-    seconds = every.total_seconds() if isinstance(every, timedelta) else every
-    if (
-        not isinstance(seconds, int | float)
-        or isinstance(seconds, bool)
-        or not math.isfinite(seconds)
-        or seconds < 0.001
-    ):
-        raise ImproperlyConfigured(
-            f"Periodic task {name!r}: 'every' must be a positive number of seconds or a timedelta "
-            f"(a millisecond at least), not {every!r}."
-        )
-    return None, float(seconds)
 
 
 def load_entries(conf: RTQSettings | None = None) -> list[ScheduleEntry]:

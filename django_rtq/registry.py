@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import math
 import re
 import time
 import uuid
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from croniter import croniter
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 from django.utils.module_loading import import_string
@@ -55,6 +57,9 @@ TASK_ID_PATTERN = re.compile(r"(?:(?![/\\%?#])[!-~]){1,255}")
 TASK_ID_RULE = "1 to 255 printable ASCII characters other than / \\ % ? # (no spaces)"
 
 _registry: dict[str, TaskType] = {}
+#: What makes a workflow step of a task call, for `TaskType.s()` and `.si()`: the workflows sit
+#: above the registry, so they hand it over when imported (see `set_step_factory`).
+_step_factory: Callable[..., Signature] | None = None
 
 
 @dataclass(frozen=True, slots=True, eq=False)  # hashable by identity: it is a signal sender
@@ -90,15 +95,11 @@ class TaskType:
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         """A call of this task as a workflow step; it receives the previous step's result first."""
-        from .workflows.canvas import Signature
-
-        return Signature(self, args, kwargs)
+        return _make_step(self, args, kwargs, immutable=False)
 
     def si(self, *args: Any, **kwargs: Any) -> Signature:
         """A call of this task as a workflow step that ignores the previous step's result."""
-        from .workflows.canvas import Signature
-
-        return Signature(self, args, kwargs, immutable=True)
+        return _make_step(self, args, kwargs, immutable=True)
 
     def prepare(self, *args: Any, **kwargs: Any) -> TaskMessage:
         """Build (and validate) the message an enqueue of these arguments would send."""
@@ -116,6 +117,24 @@ class TaskType:
         message = self.prepare(*args, **kwargs)
         transaction.on_commit(lambda: enqueue_many([message]))
         return message
+
+
+def set_step_factory(factory: Callable[..., Signature]) -> None:
+    """Make `TaskType.s()` and `.si()` build their steps with `factory(task_type, args, kwargs,
+    immutable=...)`: `django_rtq.workflows` passes its `Signature` when it is imported."""
+    global _step_factory
+    _step_factory = factory
+
+
+def _make_step(
+    task_type: TaskType, args: tuple[Any, ...], kwargs: dict[str, Any], *, immutable: bool
+) -> Signature:
+    if _step_factory is None:
+        raise ImproperlyConfigured(
+            "Workflow steps need django_rtq.workflows, which is not imported yet: add 'django_rtq' "
+            "to INSTALLED_APPS (its ready() imports it), or import django_rtq.workflows first."
+        )
+    return _step_factory(task_type, args, kwargs, immutable=immutable)
 
 
 def enqueue_many(messages: Iterable[TaskMessage]) -> list[TaskMessage]:
@@ -161,8 +180,6 @@ def task(func: Callable[..., Any] | None = None, *, name: str | None = None, **o
         if "retry_backoff" in options:
             resolve_backoff(options["retry_backoff"])
         if not SCHEDULE_OPTIONS.isdisjoint(options):
-            from .periodic import check_schedule
-
             check_schedule(task_name, cron=options.get("cron"), every=options.get("every"))
         register_task(task_type)
         return task_type
@@ -191,6 +208,33 @@ def registered_tasks() -> dict[str, TaskType]:
 def periodic_task_types() -> list[TaskType]:
     """Return the task types declared periodic with `@task(cron=...)` or `@task(every=...)`."""
     return [t for t in _registry.values() if not SCHEDULE_OPTIONS.isdisjoint(t.options)]
+
+
+def check_schedule(name: str, *, cron: Any, every: Any) -> tuple[str | None, float | None]:
+    """Validate a schedule's timing (exactly one of a cron expression or an interval);
+    return (cron, every in seconds). `@task` checks its own; periodic.py those of settings."""
+    if (cron is None) == (every is None):
+        which = "both" if cron is not None else "neither"
+        raise ImproperlyConfigured(f"Periodic task {name!r} needs either 'cron' or 'every', not {which}.")
+    if cron is not None:
+        if not isinstance(cron, str) or not croniter.is_valid(cron):
+            raise ImproperlyConfigured(
+                f"Periodic task {name!r}: {cron!r} is not a valid cron expression "
+                f"(five fields, minute hour day-of-month month day-of-week, e.g. '*/5 * * * *')."
+            )
+        return cron, None
+    seconds = every.total_seconds() if isinstance(every, timedelta) else every
+    if (
+        not isinstance(seconds, int | float)
+        or isinstance(seconds, bool)
+        or not math.isfinite(seconds)
+        or seconds < 0.001
+    ):
+        raise ImproperlyConfigured(
+            f"Periodic task {name!r}: 'every' must be a positive number of seconds or a timedelta "
+            f"(a millisecond at least), not {every!r}."
+        )
+    return None, float(seconds)
 
 
 def _origin(func: Callable[..., Any]) -> str:

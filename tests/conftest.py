@@ -85,9 +85,9 @@ def wait_for(
 
 @pytest.fixture
 def inspector(broker):
-    from django_rtq import get_inspector
+    from django_rtq.broker.inspect import Inspector
 
-    return get_inspector()
+    return Inspector(broker)
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""The admin: live views over Redis (dashboard, lists, task page, actions), permissions, the mirror."""
+"""The admin: live views over Redis (dashboard, lists, task page, actions, bulk progress), permissions,
+the mirror."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_rtq.admin_views.charts import history_chart, nice_ceiling
-from django_rtq.admin_views.common import format_seconds
 from django_rtq.admin_views.tasks import PER_PAGE
-from django_rtq.broker import TaskMessage, TaskState
+from django_rtq.broker import TaskMessage, TaskState, manual
+from django_rtq.broker.bulk import PURGE_STATES
 from django_rtq.broker.inspect import NAME_SEARCH_SCAN
+from django_rtq.broker.states import Action
 from django_rtq.models import FinishedTask
+from django_rtq.operations import Operations
 from tests.conftest import wait_for
 from tests.test_broker import enqueue, ids_in, make_tasks
 from tests.testapp import tasks as testapp_tasks
@@ -42,6 +45,14 @@ def task_url(task_id: str, queue: str = Q) -> str:
 
 ACTION_URL = "/admin/django_rtq/livetask/actions/tasks/"
 QUEUE_ACTION_URL = "/admin/django_rtq/livetask/actions/queue/"
+
+
+def bulk_url(queue: str, job_id: str) -> str:
+    return reverse("admin:django_rtq_bulk", args=[queue, job_id])
+
+
+def carry_on_url(queue: str, job_id: str) -> str:
+    return reverse("admin:django_rtq_bulk_carry_on", args=[queue, job_id])
 
 
 def user_with(*codenames: str, username: str = "staff") -> User:
@@ -146,6 +157,7 @@ def test_the_view_permission_shows_the_pages_without_actions(broker, viewer_clie
     dashboard = viewer_client.get(DASHBOARD)
     assert dashboard.status_code == 200
     assert 'name="action" value="pause"' not in dashboard.text
+    assert 'value="purge"' not in dashboard.text
     listing = viewer_client.get(tasks_url("archived", queue=Q))
     assert row_ids(listing) == [task_id]
     assert 'name="ids"' not in listing.text
@@ -200,11 +212,11 @@ def test_actions_need_the_csrf_token(broker):
 # Dashboard
 
 
-def test_the_dashboard_shows_each_queue(broker, inspector, superuser_client):
+def test_the_dashboard_shows_each_queue(broker, superuser_client):
     make_tasks(broker, S.ARCHIVED, Q, count=2)  # two processed and failed attempts today
     make_tasks(broker, S.SCHEDULED, Q, count=3)
     make_tasks(broker, S.PENDING, Q, count=4, enqueued_at=broker.clock() - 125)
-    inspector.pause(Q)
+    broker.pause(Q)
 
     response = superuser_client.get(DASHBOARD)
 
@@ -217,10 +229,11 @@ def test_the_dashboard_shows_each_queue(broker, inspector, superuser_client):
     ]  # fmt: skip
     assert emails["stats"].processed_today == 2
     assert emails["stats"].failed_today == 2
-    assert emails["oldest_pending"] == "2 min 5 s"
+    assert emails["oldest_pending"] == "2m 5s"
     row = re.search(rf'<tr data-queue="{Q}">(.*?)</tr>', response.text, re.S).group(1)
     assert "paused" in row
     assert 'value="resume"' in row
+    assert 'value="Empty queue"' in row
     assert f'href="{tasks_url("scheduled", queue=Q)}"' in row
 
 
@@ -270,9 +283,6 @@ def test_chart_helpers():
     empty = history_chart([("2026-11-01", 0, 0)])
     assert "<rect" in empty  # the legend only
     assert "2026-11-01" not in empty and "11-01" in empty
-    assert [format_seconds(s) for s in (None, 0.42, 42, 200, 7500, 200000)] == [
-        "—", "0.4 s", "42 s", "3 min 20 s", "2 h 5 min", "2 d 7 h",
-    ]  # fmt: skip
 
 
 # Task lists
@@ -392,14 +402,14 @@ def test_the_task_page_shows_everything_known(broker, superuser_client, run_work
     assert '[\n  "page"\n]' in page  # args, as JSON
     options = dict(response.context["options"])
     assert options["priority"] == 7
-    assert options["timeout"] == "12 s"
+    assert options["timeout"] == "12s"
     assert options["max retries"] == 2
     assert "2 retries of at most 2" in page
     assert "ValueError: </strong>this task always fails" in page
     assert "Traceback (most recent call last)" in page
     assert 'raise ValueError("this task always fails")' in page
     assert 'id="rtq-progress"' not in page and 'id="rtq-children"' not in page
-    assert [a.name for a in response.context["actions"]] == ["run", "delete"]
+    assert [offer.action for offer in response.context["actions"]] == ["run", "delete"]
 
 
 def test_the_task_page_shows_progress_parent_and_children(broker, superuser_client):
@@ -444,7 +454,7 @@ def test_a_waiting_workflow_shows_its_progress_and_children_and_can_be_cancelled
             assert child.context["task"].state == S.ACTIVE
             assert f'href="{task_url(workflow_id, "default")}"' in child.text  # its parent
         assert 'id="rtq-workflow"' in page.text
-        assert [a.name for a in page.context["actions"]] == ["cancel", "delete"]
+        assert [offer.action for offer in page.context["actions"]] == ["delete", "cancel"]
 
         cancelled = confirm(
             superuser_client, ACTION_URL, action("waiting", "cancel", [workflow_id], "selected", "default")
@@ -550,46 +560,107 @@ def test_acting_on_the_selected_tasks(broker, superuser_client, state, name, to)
 
 @pytest.mark.parametrize("state, name", [("scheduled", "run"), ("retry", "archive"), ("archived", "delete")])
 def test_acting_on_every_task_in_a_state(broker, superuser_client, state, name):
-    ids = make_tasks(broker, S(state), Q, count=4)
+    make_tasks(broker, S(state), Q, count=4)
     other_queue = make_tasks(broker, S(state), "billing")
     asked = superuser_client.post(ACTION_URL, action(state, name, scope="all"))
     assert f"all 4 {state} tasks of queue '{Q}'?" in text(asked)
 
     response = confirm(superuser_client, ACTION_URL, action(state, name, scope="all"))
 
+    [job] = Operations().bulk_jobs(Q)
+    assert response["Location"] == bulk_url(Q, job.id)
     assert ids_in(broker, Q, S(state)) == []
     assert ids_in(broker, "billing", S(state)) == other_queue
+    progress = superuser_client.get(response["Location"])
     done = {"run": "moved to pending", "archive": "archived", "delete": "deleted"}[name]
-    assert messages_of(response) == [f"4 {state} tasks of queue '{Q}' {done}."]
-    assert len(ids) == 4
+    assert f"4 of 4 tasks {done}" in text(progress)
+    assert progress.context["job"]["percent"] == 100
+    assert 'http-equiv="refresh"' not in progress.text
+    assert "Carry on here" not in progress.text
 
 
-def test_tasks_that_moved_meanwhile_are_reported_skipped(broker, superuser_client):
+def test_tasks_in_another_state_are_reported_with_the_reason(broker, superuser_client):
     ids = make_tasks(broker, S.ARCHIVED, Q, count=2)
     broker.client.hset(broker.queue(Q).state, ids[1], "active")  # as if it was run and claimed
+
+    response = confirm(superuser_client, ACTION_URL, action("archived", "run", [*ids, "gone-1"]))
+
+    assert messages_of(response) == [
+        f"1 task of queue '{Q}' moved to pending.",
+        f"Task {ids[1]!r} was not moved to pending: it is active; run applies to scheduled, retry, "
+        "archived tasks.",
+        f"1 selected task no longer in queue '{Q}' ('gone-1'): deleted, or gone at the end of its retention.",
+    ]
+
+
+def test_tasks_that_moved_after_they_were_found_are_reported_left_alone(
+    broker, superuser_client, monkeypatch
+):
+    ids = make_tasks(broker, S.ARCHIVED, Q, count=3)
+    real_run_now = manual.run_now
+
+    def run_now_after_another_hand(broker, queue, task_ids):  # someone deleted one meanwhile
+        manual.delete(broker, queue, [ids[0]])
+        return real_run_now(broker, queue, task_ids)
+
+    monkeypatch.setattr(manual, "run_now", run_now_after_another_hand)
 
     response = confirm(superuser_client, ACTION_URL, action("archived", "run", ids))
 
     assert messages_of(response) == [
-        f"1 task of queue '{Q}' moved to pending.",
-        "1 selected task skipped: no longer archived (or gone) by the time the action ran.",
+        f"2 tasks of queue '{Q}' moved to pending.",
+        "1 selected task left alone: no longer in a state run applies to (or gone) by the time the "
+        "action ran.",
     ]
+    assert sorted(ids_in(broker, Q, S.PENDING)) == sorted(ids[1:])
 
 
-def test_running_a_finished_workflow_again_is_refused_with_a_message(broker, inspector, superuser_client):
+def test_several_skipped_for_one_reason_make_one_message(broker, superuser_client):
+    ids = make_tasks(broker, S.COMPLETED, Q, count=7)
+
+    response = confirm(superuser_client, ACTION_URL, action("archived", "run", ids))
+
+    listed = ", ".join(repr(task_id) for task_id in ids[:5])
+    assert messages_of(response) == [
+        f"7 selected tasks were not moved to pending ({listed} and 2 more); each: it is completed; "
+        "run applies to scheduled, retry, archived tasks."
+    ]
+    assert sorted(ids_in(broker, Q, S.COMPLETED)) == sorted(ids)
+
+
+def cancelled_workflow() -> str:
+    """A workflow in queue "default", archived as cancelled with its child (which never ran)."""
     from django_rtq.workflows import group
 
     workflow_id = group(testapp_tasks.block.si("never-runs")).enqueue()
-    assert inspector.cancel(workflow_id) == 1
+    assert Operations().act(Action.CANCEL, [workflow_id]).count == 1
+    return workflow_id
+
+
+def test_running_a_finished_workflow_again_is_refused_with_a_message(broker, superuser_client):
+    workflow_id = cancelled_workflow()
     data = action("archived", "run", [workflow_id], queue="default")
 
     response = confirm(superuser_client, ACTION_URL, data)
 
     assert response.status_code == 302
     assert messages_of(response) == [
-        f"Task {workflow_id!r} is a workflow, and a finished workflow cannot be run again: enqueue it anew."
+        f"Task {workflow_id!r} was not moved to pending: it is a workflow, and a finished workflow "
+        "cannot be run again: enqueue it anew."
     ]
     assert workflow_id in ids_in(broker, "default", S.ARCHIVED)
+
+
+def test_running_every_archived_task_leaves_workflows_in_place_and_says_so(broker, superuser_client):
+    tasks = make_tasks(broker, S.ARCHIVED, "default", count=2)
+    workflow_id = cancelled_workflow()
+
+    response = confirm(superuser_client, ACTION_URL, action("archived", "run", scope="all", queue="default"))
+
+    assert ids_in(broker, "default", S.ARCHIVED) == [workflow_id]
+    assert set(tasks) <= set(ids_in(broker, "default", S.PENDING))
+    progress = text(superuser_client.get(response["Location"]))
+    assert "1 workflow left in place: a finished workflow cannot run again" in progress
 
 
 def test_actions_a_state_does_not_allow_are_refused(broker, superuser_client):
@@ -680,6 +751,137 @@ def test_redis_unreachable_gives_a_clear_page(broker, superuser_client, settings
     response = superuser_client.get(DASHBOARD)
     assert response.status_code == 503
     assert "cannot reach Redis" in text(response)
+
+
+# Actions on whole states: bulk jobs and their progress page
+
+
+@pytest.fixture
+def slow_bulk(monkeypatch):
+    """Bulk jobs of 2 tasks a page, and requests that work on them for one page only."""
+    monkeypatch.setattr("django_rtq.broker.bulk.PAGE", 2)
+    monkeypatch.setattr("django_rtq.operations.REQUEST_BUDGET", 0)
+
+
+def test_a_bulk_action_too_big_for_the_request_shows_its_progress_and_carries_on_here(
+    broker, superuser_client, slow_bulk, monkeypatch
+):
+    make_tasks(broker, S.ARCHIVED, Q, count=5)
+
+    response = confirm(superuser_client, ACTION_URL, action("archived", "delete", scope="all"))
+
+    [job] = Operations().bulk_jobs(Q)
+    assert response["Location"] == bulk_url(Q, job.id)
+    assert len(ids_in(broker, Q, S.ARCHIVED)) == 3  # one page of two, then the request answered
+    page = superuser_client.get(response["Location"])
+    assert page.status_code == 200
+    assert f"Delete: archived tasks of queue '{Q}'" in text(page)
+    assert "2 of 5 tasks deleted" in text(page)
+    assert page.context["job"]["percent"] == 40
+    assert page.context["job"]["started_by"] == "admin"
+    assert '<progress class="rtq-progress" value="40" max="100">' in page.text
+    assert '<meta http-equiv="refresh" content="2">' in page.text
+    assert "Running: now on the archived tasks" in text(page)
+    assert "Running workers that serve queue emails" in text(page)
+    assert 'value="Carry on here"' in page.text
+
+    monkeypatch.setattr("django_rtq.operations.REQUEST_BUDGET", 1.0)
+    carried = superuser_client.post(carry_on_url(Q, job.id))
+
+    assert carried.status_code == 302
+    assert carried["Location"] == bulk_url(Q, job.id)
+    assert ids_in(broker, Q, S.ARCHIVED) == []
+    assert messages_of(carried) == ["Finished: 5 of 5 tasks deleted."]
+    finished = superuser_client.get(carried["Location"])
+    assert finished.context["job"]["percent"] == 100
+    assert "Finished " in text(finished)
+    assert 'http-equiv="refresh"' not in finished.text
+    assert "Carry on here" not in finished.text
+
+
+def test_carry_on_while_someone_else_holds_the_job_says_so(broker, superuser_client, slow_bulk):
+    make_tasks(broker, S.ARCHIVED, Q, count=5)
+    job = Operations().start_bulk(Action.DELETE, Q, [S.ARCHIVED], budget=0)
+    lock = broker.client.lock(broker.queue(Q).bulk_lock(job.id), timeout=10)  # as a worker would
+    assert lock.acquire(blocking=False)
+
+    carried = superuser_client.post(carry_on_url(Q, job.id))
+
+    lock.release()
+    assert messages_of(carried) == ["A worker is carrying it on right now: this page follows its progress."]
+    assert len(ids_in(broker, Q, S.ARCHIVED)) == 3
+
+
+def test_the_progress_page_of_an_unknown_job_is_not_found(broker, superuser_client):
+    assert superuser_client.get(bulk_url(Q, "nope")).status_code == 404
+    assert superuser_client.post(carry_on_url(Q, "nope")).status_code == 404
+    assert superuser_client.get(carry_on_url(Q, "nope")).status_code == 405  # POST only
+
+
+def test_viewers_follow_progress_but_may_not_carry_on_or_empty_a_queue(
+    broker, superuser_client, viewer_client, slow_bulk
+):
+    make_tasks(broker, S.ARCHIVED, Q, count=5)
+    job = Operations().start_bulk(Action.DELETE, Q, [S.ARCHIVED], budget=0)
+
+    page = viewer_client.get(bulk_url(Q, job.id))
+
+    assert page.status_code == 200
+    assert "2 of 5 tasks deleted" in text(page)
+    assert "Carry on here" not in page.text
+    assert viewer_client.post(carry_on_url(Q, job.id)).status_code == 403
+    for data in ({"queue": Q, "action": "purge"}, {"queue": Q, "action": "purge", "confirm": "yes"}):
+        assert viewer_client.post(QUEUE_ACTION_URL, data).status_code == 403
+    assert len(ids_in(broker, Q, S.ARCHIVED)) == 3
+    assert [j.done for j in Operations().bulk_jobs(Q)] == [2]
+
+
+def test_empty_a_queue_deletes_every_task_but_the_active_ones(broker, superuser_client):
+    # The states made by claiming come first: each claims the queue's oldest pending tasks.
+    [active] = make_tasks(broker, S.ACTIVE, Q)
+    for state in (S.ARCHIVED, S.RETRY, S.COMPLETED, S.SCHEDULED, S.WAITING, S.PENDING):
+        make_tasks(broker, state, Q, count=2)
+    other_queue = make_tasks(broker, S.PENDING, "billing")
+    asked = superuser_client.post(QUEUE_ACTION_URL, {"queue": Q, "action": "purge"})
+    assert (
+        f"Empty queue '{Q}'? Its 12 tasks in the states waiting, scheduled, retry, pending, archived, "
+        "completed will be deleted. Active tasks are left to their workers." in text(asked)
+    )
+
+    response = confirm(superuser_client, QUEUE_ACTION_URL, {"queue": Q, "action": "purge"})
+
+    [job] = Operations().bulk_jobs(Q)
+    assert response["Location"] == bulk_url(Q, job.id)
+    assert {state: ids_in(broker, Q, state) for state in PURGE_STATES} == {
+        state: [] for state in PURGE_STATES
+    }
+    assert ids_in(broker, Q, S.ACTIVE) == [active]
+    assert ids_in(broker, "billing", S.PENDING) == other_queue
+    page = superuser_client.get(response["Location"])
+    assert f"Empty queue '{Q}'" in text(page)
+    assert "12 of 12 tasks deleted" in text(page)
+
+
+def test_the_dashboard_lists_bulk_jobs_running_first(broker, superuser_client, slow_bulk):
+    make_tasks(broker, S.ARCHIVED, Q, count=5)
+    make_tasks(broker, S.SCHEDULED, Q)
+    running = Operations().start_bulk(Action.DELETE, Q, [S.ARCHIVED], budget=0)
+    finished = Operations().start_bulk(Action.RUN, Q, [S.SCHEDULED], budget=1.0)
+    assert not running.finished and finished.finished
+    assert [job.id for job in Operations().bulk_jobs()] == [finished.id, running.id]  # latest first
+
+    response = superuser_client.get(DASHBOARD)
+
+    assert [job["id"] for job in response.context["bulk_jobs"]] == [running.id, finished.id]
+    rows = re.findall(r'<tr data-job="([^"]+)">(.*?)</tr>', response.text, re.S)
+    assert [job_id for job_id, _ in rows] == [running.id, finished.id]
+    assert f'href="{bulk_url(Q, running.id)}"' in rows[0][1]
+    assert "Delete: archived tasks of queue" in html.unescape(rows[0][1])
+    assert "running" in rows[0][1] and "finished" in rows[1][1]
+
+    finished.finished_at = broker.clock() - 2 * 3600  # finished long ago: off the dashboard
+    broker.client.hset(broker.queue(Q).bulk, finished.id, finished.to_json())
+    assert [job["id"] for job in superuser_client.get(DASHBOARD).context["bulk_jobs"]] == [running.id]
 
 
 # The ORM mirror

@@ -19,6 +19,8 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from django_rtq.broker import TaskState
+from django_rtq.broker.states import Action
+from django_rtq.operations import Operations
 from tests.conftest import wait_for
 from tests.test_broker import ids_in
 from tests.testapp import tasks as testapp_tasks
@@ -86,21 +88,21 @@ def screenshot(page, name: str) -> None:
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
 
 
-def archived_records(inspector, count: int, name: str) -> list[str]:
+def archived_records(count: int, name: str) -> list[str]:
     """Archived `record` tasks a worker can run (scheduled, then archived by hand)."""
     ids = [testapp_tasks.record.using(delay=3600).enqueue(f"{name}-{i}").id for i in range(count)]
-    assert inspector.archive("default", ids) == count
+    assert Operations().act(Action.ARCHIVE, ids, "default").count == count
     return ids
 
 
-def test_the_dashboard(page, live_server, broker, inspector, run_worker):
+def test_the_dashboard(page, live_server, broker, run_worker):
     qk = broker.queue("default")
     today = timezone.now().date()
     for days_ago, processed, failed in [(0, 130, 12), (1, 420, 3), (2, 380, 40), (5, 90, 0), (9, 250, 25)]:
         day = (today - timedelta(days=days_ago)).isoformat()
         broker.client.set(qk.processed(day), processed)
         broker.client.set(qk.failed(day), failed)
-    archived_records(inspector, 3, "dash")
+    archived_records(3, "dash")
     testapp_tasks.record.using(delay=600).enqueue("later")
     testapp_tasks.block.enqueue("dash-block")
     with run_worker(queues={"default": 3, "low": 1}, concurrency=4):
@@ -118,8 +120,8 @@ def test_the_dashboard(page, live_server, broker, inspector, run_worker):
         broker.client.set(testapp_tasks.report_key("release:dash-block"), "1")
 
 
-def test_run_an_archived_task_now(page, live_server, broker, inspector, run_worker):
-    ids = archived_records(inspector, 3, "run")
+def test_run_an_archived_task_now(page, live_server, broker, run_worker):
+    ids = archived_records(3, "run")
     page.goto(url(live_server, "/admin/django_rtq/livetask/tasks/archived/?queue=default"))
     assert page.locator("#result_list tbody tr[data-task-id]").count() == 3
     screenshot(page, "archived-list")
@@ -183,3 +185,35 @@ def test_pause_a_queue(page, live_server, broker):
     assert "paused" in row.inner_text()
     assert row.locator("input[type=submit][value=Resume]").count() == 1
     screenshot(page, "paused-queue")
+
+
+def test_delete_every_archived_task_and_follow_the_progress(
+    page, live_server, broker, run_worker, monkeypatch
+):
+    from playwright.sync_api import expect
+
+    # Pages of two tasks, and a request that works one page only: the job outlives the request.
+    monkeypatch.setattr("django_rtq.broker.bulk.PAGE", 2)
+    monkeypatch.setattr("django_rtq.operations.REQUEST_BUDGET", 0)
+    archived_records(6, "bulk")
+    page.goto(url(live_server, "/admin/django_rtq/livetask/tasks/archived/?queue=default"))
+    page.select_option("select[name=action]", "delete")
+    page.click("button[name=scope][value=all]")
+    assert "Delete: all 6 archived tasks of queue 'default'?" in page.inner_text("#content")
+    page.click("input[type=submit][value='Yes, delete']")
+
+    page.wait_for_url("**/livetask/bulk/default/*/")
+    assert page.inner_text("#rtq-bulk-percent") == "33 %"  # 2 of 6, then the request answered
+    assert page.locator("input[type=submit][value='Carry on here']").count() == 1
+    screenshot(page, "bulk-running")
+    with run_worker():  # its bulk runner carries the job on; the page reloads itself meanwhile
+        expect(page.locator("#rtq-bulk-percent")).to_have_text("100 %", timeout=20_000)
+
+    assert page.inner_text("#rtq-bulk-done") == "6 of 6 tasks deleted"
+    assert page.locator("input[type=submit][value='Carry on here']").count() == 0
+    assert ids_in(broker, "default", S.ARCHIVED) == []
+    screenshot(page, "bulk-finished")
+    page.click("a:text('Back to the dashboard')")
+    job = page.locator("#rtq-bulk-jobs tr[data-job]")
+    assert "Delete: archived tasks of queue 'default'" in job.inner_text()
+    assert "finished" in job.inner_text()

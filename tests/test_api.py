@@ -10,9 +10,14 @@ from django.contrib.auth.models import Permission, User
 from django.core.exceptions import ImproperlyConfigured
 from rest_framework.test import APIClient
 
+from django_rtq import operations
+from django_rtq.broker import bulk
+from django_rtq.broker.bulk import PURGE_STATES
 from django_rtq.broker.states import TaskState
 from django_rtq.models import FinishedTask
+from django_rtq.operations import Operations
 from tests.conftest import wait_for
+from tests.test_broker import make_tasks
 from tests.testapp import api_tasks, tasks
 from tests.testapp.tasks import report_key
 
@@ -90,6 +95,21 @@ def test_permission_classes_come_from_settings(prefix, settings):
     assert APIClient().get(f"{API}queues/").status_code == 200
 
 
+def test_the_permission_classes_are_the_whole_policy_and_actions_keep_the_users_name(
+    prefix, settings, broker, inspector
+):
+    # The operations do not check the user's Django permissions again once the classes admitted
+    # the request: a replaced policy stays replaced, for actions on whole states too.
+    [task_id] = make_tasks(broker, TaskState.SCHEDULED, "default")
+    settings.RTQ = {**settings.RTQ, "API_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"]}
+    client = APIClient()
+    client.force_authenticate(User(username="someone"))  # no permission of django-rtq
+    response = start_bulk(client, action="run", state="scheduled")
+    assert response.status_code == 202, response.content
+    assert response.json()["started_by"] == "someone"
+    assert state_of(inspector, task_id) == TaskState.PENDING
+
+
 def test_a_malformed_permission_setting_is_reported(prefix, settings, api):
     settings.RTQ = {**settings.RTQ, "API_PERMISSION_CLASSES": "rest_framework.permissions.AllowAny"}
     with pytest.raises(ImproperlyConfigured, match="API_PERMISSION_CLASSES"):
@@ -142,6 +162,16 @@ def test_enqueue_takes_options(api, inspector):
     assert body["process_at"] is not None
     task = inspector.get_task("my-id")
     assert (task.queue, task.state, task.message.priority) == ("low", TaskState.SCHEDULED, 7)
+
+
+def test_enqueue_takes_the_known_queues(api, inspector):
+    tasks.noop.using(queue="extra").enqueue()  # known from now on, though not configured
+    response = enqueue(api, args=["ada"], queue="extra")
+    assert response.status_code == 201, response.content
+    assert inspector.get_task(response.json()["id"]).queue == "extra"
+    response = enqueue(api, args=["ada"], queue="never")
+    assert response.status_code == 400
+    assert response.json() == {"queue": ["Unknown queue 'never'; expected one of: default, extra, low."]}
 
 
 def test_enqueue_uses_the_task_types_own_queue(api, inspector):
@@ -493,6 +523,110 @@ def test_the_tasks_of_an_unknown_queue_are_404(api):
     assert api.get(f"{API}queues/nope/tasks/?state=pending").status_code == 404
 
 
+# Actions on whole states
+
+
+def start_bulk(api: APIClient, queue: str = "default", **body):
+    return api.post(f"{API}queues/{queue}/bulk/", body, format="json")
+
+
+def test_a_bulk_action_answers_202_with_the_job_and_where_to_follow_it(api, broker, inspector):
+    ids = make_tasks(broker, TaskState.SCHEDULED, "default", count=3)
+    response = start_bulk(api, action="run", state="scheduled")
+    assert response.status_code == 202, response.content
+    job = response.json()
+    assert response["Location"] == job["url"] == f"http://testserver{API}queues/default/bulk/{job['id']}/"
+    assert (job["queue"], job["action"], job["states"]) == ("default", "run", ["scheduled"])
+    assert (job["done"], job["skipped"], job["total"], job["percent"]) == (3, 0, 3, 100)
+    assert job["finished"] is True and job["current_state"] is None
+    assert job["started_by"] == "admin"
+    assert job["started_at"] is not None and job["finished_at"] is not None
+    assert [state_of(inspector, task_id) for task_id in ids] == [TaskState.PENDING] * 3
+    assert api.get(job["url"]).json() == job
+
+
+def test_a_bulk_job_left_unfinished_by_its_request_is_carried_on(api, broker, inspector, monkeypatch):
+    ids = make_tasks(broker, TaskState.PENDING, "default", count=5)
+    monkeypatch.setattr(operations, "REQUEST_BUDGET", 0)  # one page, then answer
+    monkeypatch.setattr(bulk, "PAGE", 2)
+    started = start_bulk(api, action="archive", state="pending").json()
+    assert (started["done"], started["total"], started["percent"]) == (2, 5, 40)
+    assert started["finished"] is False and started["finished_at"] is None
+    assert started["current_state"] == "pending"
+    assert api.get(started["url"]).json() == started
+    assert inspector.count("default", TaskState.PENDING) == 3
+
+    Operations().carry_on("default", started["id"], budget=10)  # as a worker's bulk runner does
+
+    job = api.get(started["url"]).json()
+    assert (job["done"], job["percent"], job["finished"]) == (5, 100, True)
+    assert job["finished_at"] is not None
+    assert [state_of(inspector, task_id) for task_id in ids] == [TaskState.ARCHIVED] * 5
+
+
+@pytest.mark.parametrize(
+    ("body", "errors"),
+    [
+        (
+            {"action": "archive", "state": "active"},
+            {"state": ["archive applies to pending, scheduled, retry tasks, not active."]},
+        ),
+        (
+            {"action": "run", "state": "pending"},
+            {"state": ["run applies to scheduled, retry, archived tasks, not pending."]},
+        ),
+        (
+            {"action": "cancel", "state": "active"},
+            {
+                "action": [
+                    '"cancel" is no action on a whole state: expected one of run, archive, delete '
+                    "(cancel is by task only)."
+                ]
+            },
+        ),
+        ({"action": "delete", "state": "sleeping"}, {"state": ['"sleeping" is not a valid choice.']}),
+        ({}, {"action": ["This field is required."], "state": ["This field is required."]}),
+    ],
+)
+def test_a_bulk_action_the_table_refuses_is_a_400_naming_why(api, broker, body, errors):
+    make_tasks(broker, TaskState.PENDING, "default")
+    response = api.post(f"{API}queues/default/bulk/", body, format="json")
+    assert response.status_code == 400
+    assert response.json() == errors
+    assert Operations().bulk_jobs() == []
+
+
+def test_purge_deletes_every_task_of_a_queue_but_the_active_ones(api, broker, inspector):
+    [active] = make_tasks(broker, TaskState.ACTIVE, "default")
+    gone = [
+        *make_tasks(broker, TaskState.ARCHIVED, "default"),
+        *make_tasks(broker, TaskState.SCHEDULED, "default", count=2),
+        *make_tasks(broker, TaskState.PENDING, "default", count=3),
+    ]
+    [other] = make_tasks(broker, TaskState.PENDING, "low")
+    response = api.post(f"{API}queues/default/purge/")
+    assert response.status_code == 202, response.content
+    job = response.json()
+    assert response["Location"] == job["url"]
+    assert (job["action"], job["states"]) == ("delete", list(PURGE_STATES))
+    assert (job["done"], job["finished"]) == (6, True)
+    for task_id in gone:
+        assert api.get(f"{API}tasks/{task_id}/").status_code == 404
+    assert state_of(inspector, active) == TaskState.ACTIVE
+    assert state_of(inspector, other) == TaskState.PENDING
+
+
+def test_bulk_routes_of_an_unknown_queue_or_job_are_404(api):
+    response = start_bulk(api, queue="nope", action="run", state="retry")
+    assert response.status_code == 404
+    assert response.json() == {"detail": "Unknown queue 'nope'. Known queues: default, low."}
+    assert api.post(f"{API}queues/nope/purge/").status_code == 404
+    assert api.get(f"{API}queues/nope/bulk/0123abcd/").status_code == 404
+    response = api.get(f"{API}queues/default/bulk/0123abcd/")
+    assert response.status_code == 404
+    assert "0123abcd" in response.json()["detail"]
+
+
 # Workers
 
 
@@ -577,6 +711,22 @@ def test_the_schema_describes_the_api(api):
     )
     assert {"201", "400", "403", "404", "409"} <= set(enqueue_op["responses"])
     assert set(schema["paths"][f"{API}queues/{{queue}}/tasks/"]["get"]["responses"]) >= {"200", "400", "404"}
+    bulk_op = schema["paths"][f"{API}queues/{{queue}}/bulk/"]["post"]
+    assert {"202", "400", "404"} <= set(bulk_op["responses"])
+    assert "Location" in bulk_op["responses"]["202"]["headers"]
+    assert f"{API}queues/{{queue}}/bulk/{{job_id}}/" in schema["paths"]
+    # One enum of task states, whichever field names them.
+    components = schema["components"]["schemas"]
+    task_state = {"$ref": "#/components/schemas/TaskStateEnum"}
+    assert components["Task"]["properties"]["state"] == task_state
+    assert components["BulkJob"]["properties"]["states"]["items"] == task_state
+    assert components["BulkActionRequest"]["properties"]["state"]["allOf"] == [task_state]
+    assert sorted(name for name in components if name.endswith("Enum")) == [
+        "ActionEnum",
+        "EnqueuedStateEnum",
+        "StatusEnum",
+        "TaskStateEnum",
+    ]
     assert not any(path.endswith("schema/") for path in schema["paths"])
 
 

@@ -24,6 +24,7 @@ from django_rtq.backends import (
 from django_rtq.broker import TaskState
 from django_rtq.models import FinishedTask
 from tests.conftest import wait_for
+from tests.test_broker import WORKER, claim_ids, done
 from tests.testapp import dtasks
 from tests.testapp.tasks import client, report_key
 
@@ -207,6 +208,26 @@ def test_djangos_signals_and_rtqs_are_sent(mirroring, run_worker):
 def test_an_unknown_result_id_does_not_exist(mirroring):
     with pytest.raises(TaskResultDoesNotExist):
         dtasks.multiply.get_result("no-such-task")
+
+
+def test_a_finished_result_is_read_from_the_mirrors_buffer_before_it_reaches_the_orm(mirroring, broker):
+    result = dtasks.multiply.enqueue(6, 7)
+    assert claim_ids(broker, "default") == [result.id]
+    broker.complete("default", [done(result.id, result=42)], worker_id=WORKER)  # no mirrorer runs
+
+    found = dtasks.multiply.get_result(result.id)
+
+    assert (found.status, found.return_value, found.args) == (TaskResultStatus.SUCCESSFUL, 42, [6, 7])
+    assert found.finished_at is not None
+    assert not FinishedTask.objects.filter(pk=result.id).exists()
+
+
+def test_a_live_task_whose_message_cannot_be_read_has_no_result(mirroring, broker):
+    result = dtasks.multiply.enqueue(6, 7)
+    broker.client.hset(broker.queue("default").msg, result.id, "not json")
+
+    with pytest.raises(TaskResultDoesNotExist, match="has a message that cannot be read"):
+        dtasks.multiply.get_result(result.id)
 
 
 def test_bad_arguments_and_queues_are_refused_at_enqueue(mirroring):

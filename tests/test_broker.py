@@ -14,10 +14,9 @@ from typing import Any
 
 import pytest
 
-from django_rtq.broker import Broker, ClaimedTask, TaskMessage, TaskState, workflow
+from django_rtq.broker import Broker, ClaimedTask, TaskMessage, TaskState, manual, workflow
 from django_rtq.broker import broker as broker_module
 from django_rtq.broker.broker import Completion, utc_day
-from django_rtq.broker.inspect import Inspector
 from django_rtq.exceptions import DuplicateTask, TaskIdConflict
 from tests.cluster import START_TIME, FakeClock
 from tests.conftest import wait_for
@@ -281,11 +280,11 @@ def fail_to_archive(broker: Broker, task_id: str, unique_key: str) -> None:
 
 
 def archive_by_hand(broker: Broker, task_id: str, unique_key: str) -> None:
-    assert Inspector(broker).archive(BILLING, [task_id]) == 1
+    assert manual.archive(broker, BILLING, [task_id]) == 1
 
 
 def delete_by_hand(broker: Broker, task_id: str, unique_key: str) -> None:
-    assert Inspector(broker).delete(BILLING, [task_id]) == 1
+    assert manual.delete(broker, BILLING, [task_id]) == 1
 
 
 @pytest.mark.parametrize("release", [complete_it, fail_to_archive, archive_by_hand, delete_by_hand])
@@ -640,7 +639,7 @@ def archive_at(broker: Broker, clock: FakeClock, count: int) -> list[str]:
     """Archive `count` pending tasks of EMAILS one second apart, oldest first."""
     ids = enqueue(broker, EMAILS, count)
     for task_id in ids:
-        Inspector(broker).archive(EMAILS, [task_id])
+        manual.archive(broker, EMAILS, [task_id])
         clock.advance(1)
     return ids
 

@@ -12,14 +12,11 @@ from django.core.management import call_command, load_command_class
 from django.core.management.base import CommandError
 
 from django_rtq.broker import Broker, TaskState
-from django_rtq.management.table import (
-    format_duration,
-    format_relative,
-    format_time,
-    render_fields,
-    render_table,
-    shorten,
-)
+from django_rtq.broker.states import ACTION_STATES, Action
+from django_rtq.formats import format_duration
+from django_rtq.management.base import OperationsCommand
+from django_rtq.management.table import format_relative, format_time, render_fields, render_table, shorten
+from django_rtq.operations import Operations
 from tests.cluster import START_TIME, FakeClock
 from tests.test_broker import (
     BILLING,
@@ -117,7 +114,14 @@ def test_render_fields_aligns_values():
 
 @pytest.mark.parametrize(
     ("seconds", "text"),
-    [(0.4, "0s"), (45, "45s"), (200, "3m 20s"), (7500, "2h 5m"), (3 * 86400 + 4 * 3600 + 59, "3d 4h")],
+    [
+        (0.4, "0.4s"),
+        (4.25, "4.2s"),
+        (45, "45s"),
+        (200, "3m 20s"),
+        (7500, "2h 5m"),
+        (3 * 86400 + 4 * 3600 + 59, "3d 4h"),
+    ],
 )
 def test_format_duration(seconds: float, text: str):
     assert format_duration(seconds) == text
@@ -126,7 +130,7 @@ def test_format_duration(seconds: float, text: str):
 def test_times_are_shown_in_utc_with_how_far_they_are():
     assert format_time(START_TIME) == START
     assert format_relative(START_TIME + 90, START_TIME) == "2023-11-14 22:14:50 UTC (in 1m 30s)"
-    assert format_relative(START_TIME - 5, START_TIME) == "2023-11-14 22:13:15 UTC (5s ago)"
+    assert format_relative(START_TIME - 5, START_TIME) == "2023-11-14 22:13:15 UTC (5.0s ago)"
     assert format_time(None) is None
 
 
@@ -480,12 +484,19 @@ def test_an_action_by_id_skips_tasks_in_a_state_it_does_not_apply_to(
     [refused_id] = make_tasks(rtq, refused, EMAILS)  # after: making it pending first would get it claimed
     out = io.StringIO()
 
-    with pytest.raises(CommandError, match=r"^1 task skipped: not in a state that allows it"):
+    action = command[4:]
+
+    with pytest.raises(CommandError, match=rf"^1 task skipped: {action} does not apply to it\.$"):
         call_command(command, movable, refused_id, "--queue", EMAILS, stdout=out)
 
     lines = out.getvalue().splitlines()
     assert lines[0] == f"1 task {DONE[command]}."
-    assert lines[1].startswith(f"Skipped {refused_id} (queue 'emails'): it is {refused}; only ")
+    allowed = ", ".join(ACTION_STATES[Action(action)])
+    assert lines[1].startswith(
+        f"Skipped {refused_id} (queue 'emails'): it is {refused}; {action} applies to {allowed} tasks."
+    )
+    if refused == S.ACTIVE:
+        assert lines[1].endswith(" Cancel it with rtq_cancel, or let it finish.")
     assert_moved(rtq, [movable], target)
     assert state_of(rtq, EMAILS, refused_id) == refused
 
@@ -521,12 +532,16 @@ def test_an_action_on_a_whole_state(
     assert output == f"3 {state} tasks of queue 'emails' {DONE[command]}.\n"
     assert_moved(rtq, ids, target)
     assert ids_in(rtq, SEARCH, state) == [bystander]
-    assert run_json(command, "--queue", SEARCH, "--all", str(state)) == {
+    data = run_json(command, "--queue", SEARCH, "--all", str(state))
+    assert data == {
         "action": command[4:],
         "queue": SEARCH,
         "state": str(state),
         "count": 1,
+        "skipped": 0,
+        "job": data["job"],
     }
+    assert Operations().bulk_job(SEARCH, data["job"]).finished
 
 
 @pytest.mark.parametrize(("command", "state", "target", "refused"), ACTIONS)
@@ -548,6 +563,169 @@ def test_an_action_on_a_whole_state_refuses_bad_arguments(
     assert ids_in(rtq, EMAILS, state) == [task_id]
 
 
+def test_running_a_whole_state_leaves_workflows_where_they_are(rtq: Broker):
+    [workflow_id] = make_tasks(rtq, S.WAITING, EMAILS)
+    qk = rtq.queue(EMAILS)
+    rtq.client.hset(qk.state, workflow_id, S.ARCHIVED)  # as if it had failed
+    rtq.client.zrem(qk.state_set(S.WAITING), workflow_id)
+    rtq.client.zadd(qk.state_set(S.ARCHIVED), {workflow_id: rtq.now_ms()})
+    ids = make_tasks(rtq, S.ARCHIVED, EMAILS, count=2)
+
+    output = run("rtq_run", "--queue", EMAILS, "--all", "archived")
+
+    assert output == (
+        "2 archived tasks of queue 'emails' moved to pending.\n"
+        "1 workflow left archived: a finished workflow cannot be run again; enqueue it anew.\n"
+    )
+    assert ids_in(rtq, EMAILS, S.ARCHIVED) == [workflow_id]
+    assert set(ids) <= set(ids_in(rtq, EMAILS, S.PENDING))
+
+
+# Bulk jobs: progress, interruption, rtq_bulk
+
+
+@pytest.fixture
+def small_steps(monkeypatch):
+    """Pages of 2 tasks, and a command's step of one page: a few tasks make a job of many steps."""
+    monkeypatch.setattr("django_rtq.broker.bulk.PAGE", 2)
+    monkeypatch.setattr(OperationsCommand, "step_seconds", 0)
+
+
+def run_with_stderr(name: str, *args: str) -> tuple[str, str]:
+    """Run a command; return what it wrote to stdout and to stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    call_command(name, *args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+def test_an_action_on_a_whole_state_shows_its_progress_on_stderr(rtq: Broker, small_steps):
+    ids = make_tasks(rtq, S.ARCHIVED, EMAILS, count=5)
+
+    out, err = run_with_stderr("rtq_delete", "--queue", EMAILS, "--all", "archived")
+
+    assert out == "5 archived tasks of queue 'emails' deleted.\n"
+    # After each step that leaves the job unfinished (the last page, of 1, ends it).
+    assert err.splitlines() == [
+        "2 of 5 tasks deleted (40%)",
+        "4 of 5 tasks deleted (80%)",
+    ]
+    assert_moved(rtq, ids, None)
+
+
+def test_with_json_an_action_on_a_whole_state_prints_no_progress(rtq: Broker, small_steps):
+    make_tasks(rtq, S.RETRY, EMAILS, count=5)
+
+    out, err = run_with_stderr("rtq_archive", "--queue", EMAILS, "--all", "retry", "--json")
+
+    assert (json.loads(out)["count"], err) == (5, "")
+    assert len(ids_in(rtq, EMAILS, S.ARCHIVED)) == 5
+
+
+def test_an_interrupted_action_is_left_to_the_workers_and_rtq_bulk_carries_it_on(
+    rtq: Broker, small_steps, monkeypatch
+):
+    ids = make_tasks(rtq, S.PENDING, EMAILS, count=5)
+
+    def interrupted(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(Operations, "carry_on", interrupted)
+        error = command_error("rtq_archive", "--queue", EMAILS, "--all", "pending")
+
+    [job] = Operations().bulk_jobs(EMAILS)
+    assert error == (
+        f"Interrupted with 2 of 5 tasks archived (40%): bulk job {job.id} on queue 'emails' is left to "
+        f"the workers of the queue. `manage.py rtq_bulk` shows it; `manage.py rtq_bulk --carry-on {job.id}` "
+        "carries it on here."
+    )
+    assert (job.finished, job.done, len(ids_in(rtq, EMAILS, S.PENDING))) == (False, 2, 3)
+
+    out = run("rtq_bulk", "--carry-on", job.id, "--queue", EMAILS)
+
+    assert out == f"Job {job.id} (archive the pending tasks of queue 'emails') finished: 5 tasks archived.\n"
+    assert set(ids_in(rtq, EMAILS, S.ARCHIVED)) == set(ids)
+
+
+def test_bulk_lists_the_jobs_and_how_far_they_got(rtq: Broker, clock: FakeClock, small_steps):
+    make_tasks(rtq, S.PENDING, EMAILS, count=5)
+    make_tasks(rtq, S.RETRY, SEARCH)
+    unfinished = Operations().start_bulk(Action.ARCHIVE, EMAILS, [S.PENDING], budget=0)
+    clock.advance(90)
+    finished = Operations().start_bulk(Action.DELETE, SEARCH, [S.RETRY, S.ARCHIVED], budget=1)
+    clock.advance(10)
+
+    rows = table(run("rtq_bulk"))
+
+    assert rows == [
+        {
+            "ID": finished.id,
+            "QUEUE": SEARCH,
+            "ACTION": "delete",
+            "STATES": "retry, archived",
+            "DONE": "1 of 1",
+            "%": "100%",
+            "STARTED BY": "-",
+            "STARTED": "2023-11-14 22:14:50 UTC (10s ago)",
+            "FINISHED": "2023-11-14 22:14:50 UTC (10s ago)",
+        },
+        {
+            "ID": unfinished.id,
+            "QUEUE": EMAILS,
+            "ACTION": "archive",
+            "STATES": "pending",
+            "DONE": "2 of 5",
+            "%": "40%",
+            "STARTED BY": "-",
+            "STARTED": "2023-11-14 22:13:20 UTC (1m 40s ago)",
+            "FINISHED": "-",
+        },
+    ]
+    [data] = run_json("rtq_bulk", "--queue", EMAILS)["jobs"]
+    assert {key: data[key] for key in ("id", "action", "states", "done", "total", "percent", "finished")} == {
+        "id": unfinished.id,
+        "action": "archive",
+        "states": ["pending"],
+        "done": 2,
+        "total": 5,
+        "percent": 40,
+        "finished": False,
+    }
+    assert (data["current_state"], data["started_at"], data["finished_at"]) == ("pending", START_TIME, None)
+    assert run("rtq_bulk", "--queue", "default") == "No bulk jobs on queue 'default'.\n"
+
+
+def test_bulk_carry_on_finishes_every_unfinished_job_with_progress(rtq: Broker, small_steps):
+    ids = make_tasks(rtq, S.PENDING, EMAILS, count=5)
+    job = Operations().start_bulk(Action.ARCHIVE, EMAILS, [S.PENDING], budget=0)
+
+    out, err = run_with_stderr("rtq_bulk", "--carry-on")
+
+    about = f"Job {job.id} (archive the pending tasks of queue 'emails')"
+    assert err.splitlines() == [
+        f"{about}: 2 of 5 tasks archived (40%)",
+        f"{about}: 4 of 5 tasks archived (80%)",
+    ]
+    assert out == f"{about} finished: 5 tasks archived.\n"
+    assert set(ids_in(rtq, EMAILS, S.ARCHIVED)) == set(ids)
+    assert Operations().bulk_job(EMAILS, job.id).finished
+    assert run("rtq_bulk", "--carry-on") == "No unfinished bulk jobs.\n"
+    assert run_json("rtq_bulk", "--carry-on", job.id)["jobs"][0]["done"] == 5  # finished already: as it is
+
+
+def test_bulk_refuses_bad_arguments(rtq: Broker):
+    enqueue(rtq, EMAILS)
+
+    assert command_error("rtq_bulk", "--carry-on", "nope", "nada") == (
+        "Unknown bulk jobs: nope, nada (finished ones go after an hour)."
+    )
+    assert (
+        command_error("rtq_bulk", "nope") == "Job ids go with --carry-on (without it, every job is listed)."
+    )
+    assert command_error("rtq_bulk", "--queue", "nope").startswith("Unknown queue 'nope'.")
+    assert run("rtq_bulk") == "No bulk jobs.\n"
+
+
 # rtq_cancel
 
 
@@ -566,21 +744,40 @@ def test_cancel_says_when_no_worker_listens(rtq: Broker):
 
     assert run("rtq_cancel", task_id).startswith(f"No worker is listening, so {task_id} was not cancelled")
     assert run_json("rtq_cancel", task_id, "--queue", EMAILS) == {
-        "cancelled": [{"id": task_id, "queue": EMAILS, "worker": WORKER, "listeners": 0}],
+        "cancelled": [{"id": task_id, "queue": EMAILS, "state": "active", "worker": WORKER, "listeners": 0}],
         "skipped": [],
+        "gone": [],
     }
+
+
+def test_cancel_archives_a_waiting_workflow_at_once(rtq: Broker):
+    [workflow_id] = make_tasks(rtq, S.WAITING, EMAILS)
+
+    assert run("rtq_cancel", workflow_id) == (
+        f"Workflow {workflow_id} cancelled (archived); "
+        "its children that have not started are archived next.\n"
+    )
+    assert state_of(rtq, EMAILS, workflow_id) == S.ARCHIVED
 
 
 def test_cancel_skips_tasks_that_are_not_active(rtq: Broker):
     [pending] = enqueue(rtq, EMAILS)
     out = io.StringIO()
 
-    with pytest.raises(CommandError, match="1 task skipped: only active tasks can be cancelled"):
+    with pytest.raises(CommandError, match="1 task skipped: only active, waiting tasks can be cancelled"):
         call_command("rtq_cancel", pending, "--json", stdout=out)
 
     assert json.loads(out.getvalue()) == {
         "cancelled": [],
-        "skipped": [{"id": pending, "queue": EMAILS, "state": "pending"}],
+        "skipped": [
+            {
+                "id": pending,
+                "queue": EMAILS,
+                "state": "pending",
+                "reason": "it is pending; cancel applies to active, waiting tasks",
+            }
+        ],
+        "gone": [],
     }
     assert command_error("rtq_cancel", "nope") == "Unknown task id: nope."
 
@@ -652,7 +849,7 @@ def test_workers_lists_live_workers_and_their_tasks(rtq: Broker):
             "TASK ID": "t1",
             "TASK": "tests.noop",
             "QUEUE": EMAILS,
-            "STARTED": "2023-11-14 22:13:16 UTC (4s ago)",
+            "STARTED": "2023-11-14 22:13:16 UTC (4.0s ago)",
         }
     ]
     assert [worker["id"] for worker in run_json("rtq_workers")["workers"]] == ["w-a", "w-b"]
@@ -681,16 +878,62 @@ def test_purge_deletes_every_task_but_active_ones(rtq: Broker):
     assert len(ids_in(rtq, SEARCH, S.PENDING)) == 1
 
 
+def test_purge_empties_every_state_but_active_a_page_at_a_time(rtq: Broker, small_steps):
+    made = populate(rtq)
+    made[S.WAITING] = make_tasks(rtq, S.WAITING, EMAILS, count=3)
+
+    out, err = run_with_stderr("rtq_purge", EMAILS, "--no-input")
+
+    assert out == (
+        "Deleted 12 tasks of queue 'emails' "
+        "(3 waiting, 2 scheduled, 2 retry, 3 pending, 1 archived, 1 completed).\n"
+        "1 active task left alone: cancel it with rtq_cancel, or let it finish.\n"
+    )
+    assert {state: ids_in(rtq, EMAILS, state) for state in S} == {
+        s: made[S.ACTIVE] if s == S.ACTIVE else [] for s in S
+    }
+    progress = err.splitlines()
+    assert progress[0] == "2 of 12 tasks deleted (16%)" and len(progress) >= 6
+    assert all(re.fullmatch(r"\d+ of 12 tasks deleted \(\d+%\)", line) for line in progress)
+
+
+def test_purge_says_when_tasks_left_their_state_before_it_reached_them(rtq: Broker, small_steps, monkeypatch):
+    populate(rtq)
+    carry_on = Operations.carry_on
+    claimed = []
+
+    def a_worker_claims_meanwhile(self: Operations, queue: str, job_id: str, *, budget: float) -> Any:
+        job = self.bulk_job(queue, job_id)
+        if job.current_state == S.PENDING and job.remaining is not None and not claimed:
+            claimed.extend(claim_ids(rtq, EMAILS))  # the last pending task, after a page of 2 went
+        return carry_on(self, queue, job_id, budget=budget)
+
+    monkeypatch.setattr(Operations, "carry_on", a_worker_claims_meanwhile)
+
+    output = run("rtq_purge", EMAILS, "--no-input")
+
+    assert len(claimed) == 1
+    assert output == (
+        "Deleted 8 tasks of queue 'emails' (of 9 found: 2 scheduled, 2 retry, 3 pending, 1 archived, "
+        "1 completed; the others left meanwhile).\n"
+        "2 active tasks left alone: cancel them with rtq_cancel, or let them finish.\n"
+    )
+
+
 def test_purge_as_json(rtq: Broker):
     populate(rtq)
 
-    assert run_json("rtq_purge", SEARCH, "--noinput") == {
+    data = run_json("rtq_purge", SEARCH, "--noinput")
+
+    assert data == {
         "queue": SEARCH,
         "purged": True,
         "deleted": {"waiting": 0, "scheduled": 0, "retry": 0, "pending": 1, "archived": 0, "completed": 0},
         "total": 1,
         "active_left": 0,
+        "job": data["job"],
     }
+    assert Operations().bulk_job(SEARCH, data["job"]).finished
 
 
 @pytest.mark.parametrize("answer", ["no", "yes"])

@@ -1,19 +1,20 @@
-"""The Inspector on a real Redis, standalone and cluster: what the admin and the API rely on."""
+"""The Inspector (reads) and the manual actions by id (broker/manual.py) on a real Redis,
+standalone and cluster: what the operations layer, so every surface, relies on."""
 
 from __future__ import annotations
 
 import json
-import logging
 from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from django_rtq.broker import Broker, TaskState, workflow
-from django_rtq.broker import inspect as inspect_module
+from django_rtq.broker import Broker, TaskState, manual, workflow
 from django_rtq.broker.broker import utc_day
-from django_rtq.broker.inspect import CANCELLED, Inspector, QueueStats
-from django_rtq.exceptions import InvalidStateTransition, TaskNotFound
+from django_rtq.broker.inspect import Inspector, QueueStats
+from django_rtq.broker.manual import CANCELLED
+from django_rtq.broker.states import ACTION_STATES, Action
+from django_rtq.exceptions import TaskNotFound
 from tests.cluster import FakeClock
 from tests.test_broker import (
     BILLING,
@@ -57,7 +58,7 @@ def test_queue_stats_counts_every_state(inspector: Inspector, clock: FakeClock):
         inspector.broker,
         {S.ACTIVE: 1, S.COMPLETED: 1, S.RETRY: 1, S.ARCHIVED: 2, S.SCHEDULED: 2, S.PENDING: 3},
     )
-    inspector.pause(EMAILS)
+    inspector.broker.pause(EMAILS)
     clock.advance(42)
 
     stats = inspector.queue_stats(EMAILS)
@@ -75,8 +76,8 @@ def test_queue_stats_counts_every_state(inspector: Inspector, clock: FakeClock):
 
 def test_queue_stats_counts_today_only(inspector: Inspector, clock: FakeClock):
     make_tasks(inspector.broker, S.ARCHIVED, BILLING)
-    inspector.pause(BILLING)
-    inspector.resume(BILLING)
+    inspector.broker.pause(BILLING)
+    inspector.broker.resume(BILLING)
     clock.advance(24 * 3600)
 
     stats = inspector.queue_stats(BILLING)
@@ -194,6 +195,27 @@ def test_get_task_raises_task_not_found(inspector: Inspector):
         inspector.get_task(task_id, queue=BILLING)
 
 
+def test_locate_finds_ids_in_every_queue_and_leaves_out_missing_ones(inspector: Inspector):
+    broker = inspector.broker
+    [archived] = make_tasks(broker, S.ARCHIVED, EMAILS)
+    [active] = make_tasks(broker, S.ACTIVE, BILLING)
+    [twice] = enqueue(broker, SEARCH)
+    broker.enqueue([message(BILLING, id=twice, process_at=broker.clock() + 60)])  # one id, two queues
+    broker.client.hset(broker.queue(EMAILS).state, "odd", "bogus")  # not a state: not a task
+
+    ids = [archived, active, twice, "missing", "odd"]
+
+    assert inspector.locate(ids) == {
+        archived: (EMAILS, S.ARCHIVED),
+        active: (BILLING, S.ACTIVE),
+        twice: (BILLING, S.SCHEDULED),  # the first queue in the known order wins
+    }
+    assert inspector.locate(ids, queue=SEARCH) == {twice: (SEARCH, S.PENDING)}
+    assert inspector.locate(ids, queue=EMAILS) == {archived: (EMAILS, S.ARCHIVED)}
+    assert inspector.locate([]) == {}
+    assert inspector.locate(["missing"], queue="nowhere") == {}
+
+
 def test_get_task_with_a_corrupt_message(inspector: Inspector):
     [task_id] = enqueue(inspector.broker, EMAILS)
     inspector.client.hset(inspector.broker.queue(EMAILS).msg, task_id, '{"id": 1, "bogus": true}')
@@ -203,7 +225,7 @@ def test_get_task_with_a_corrupt_message(inspector: Inspector):
     assert (task.message, task.raw_message) == (None, '{"id": 1, "bogus": true}')
 
 
-# Acting on given tasks
+# Acting on given tasks (broker/manual.py): each action moves the states ACTION_STATES allows
 
 
 def test_run_now_moves_scheduled_retry_and_archived_tasks_to_pending(inspector: Inspector):
@@ -212,8 +234,8 @@ def test_run_now_moves_scheduled_retry_and_archived_tasks_to_pending(inspector: 
     [urgent] = make_tasks(broker, S.ARCHIVED, EMAILS, priority=50)
     every_id = [urgent, *(task_id for ids in made.values() for task_id in ids), "unknown"]
 
-    assert inspector.run_now(EMAILS, every_id) == 3
-    assert inspector.run_now(EMAILS, []) == 0
+    assert manual.run_now(broker, EMAILS, every_id) == 3
+    assert manual.run_now(broker, EMAILS, []) == 0
 
     pending = ids_in(broker, EMAILS, S.PENDING)
     assert pending[0] == urgent  # its priority still counts
@@ -227,8 +249,8 @@ def test_archive_moves_pending_scheduled_and_retry_tasks(inspector: Inspector, c
     made = make_each(broker, {**movable, S.ACTIVE: 1, S.COMPLETED: 1})
     clock.advance(7)
 
-    assert inspector.archive(EMAILS, [i for ids in made.values() for i in ids]) == 3
-    assert inspector.archive(EMAILS, []) == 0
+    assert manual.archive(broker, EMAILS, [i for ids in made.values() for i in ids]) == 3
+    assert manual.archive(broker, EMAILS, []) == 0
 
     archived = {task.id: task.score_at for task in inspector.list_tasks(EMAILS, S.ARCHIVED)}
     assert archived == {made[state][0]: clock.now for state in movable}
@@ -241,12 +263,32 @@ def test_delete_removes_tasks_in_any_state_but_active(inspector: Inspector):
     made = make_each(broker, dict.fromkeys(S, 1))
     every_id = [task_id for ids in made.values() for task_id in ids]
 
-    assert inspector.delete(EMAILS, every_id) == len(S) - 1  # all but the active one
-    assert inspector.delete(EMAILS, []) == 0
+    assert manual.delete(broker, EMAILS, every_id) == len(S) - 1  # all but the active one
+    assert manual.delete(broker, EMAILS, []) == 0
 
     for state, [task_id] in made.items():
         assert bool(holds_columns(broker, EMAILS, task_id)) == (state == S.ACTIVE)
     assert [inspector.count(EMAILS, state) for state in S] == [int(state == S.ACTIVE) for state in S]
+
+
+ACTS = {Action.RUN: manual.run_now, Action.ARCHIVE: manual.archive, Action.DELETE: manual.delete}
+
+
+@pytest.mark.parametrize("action", list(ACTS))
+def test_the_scripts_act_on_the_states_the_table_gives_them(
+    inspector: Inspector, monkeypatch, action: Action
+):
+    """The scripts hold no list of states: narrow an action's row and the others are left alone."""
+    broker = inspector.broker
+    allowed, *others = (state for state in ACTION_STATES[action] if state != S.WAITING)
+    monkeypatch.setitem(ACTION_STATES, action, (allowed,))
+    made = make_each(broker, {state: 1 for state in (allowed, *others)})
+
+    assert ACTS[action](broker, EMAILS, [task_id for ids in made.values() for task_id in ids]) == 1
+
+    assert ids_in(broker, EMAILS, allowed) == []
+    for state in others:
+        assert ids_in(broker, EMAILS, state) == made[state]
 
 
 # Ending tasks by hand: each records why, feeds the ORM mirror and tells its workflow
@@ -271,9 +313,9 @@ def test_archive_records_the_reason_and_feeds_the_mirror(inspector: Inspector, c
     monkeypatch.setattr(broker, "mirror", True)
     clock.advance(5)
 
-    assert inspector.archive(EMAILS, [pending, retrying]) == 2
+    assert manual.archive(broker, EMAILS, [pending, retrying]) == 2
 
-    reason = by_hand("archived by hand", clock.now)
+    reason = by_hand(manual.ARCHIVED_BY_HAND, clock.now)
     assert inspector.get_task(pending).info == reason
     assert inspector.get_task(retrying).info == {**attempts, **reason}  # its attempts are kept
     for task_id in (pending, retrying):
@@ -283,6 +325,14 @@ def test_archive_records_the_reason_and_feeds_the_mirror(inspector: Inspector, c
         assert record["info"] == inspector.get_task(task_id).info
 
 
+def test_archive_records_the_reason_it_is_given(inspector: Inspector, clock: FakeClock):
+    [pending] = make_tasks(inspector.broker, S.PENDING, EMAILS)
+
+    assert manual.archive(inspector.broker, EMAILS, [pending], reason="its workflow failed") == 1
+
+    assert inspector.get_task(pending).info == by_hand("its workflow failed", clock.now)
+
+
 def test_deleting_a_task_that_had_not_finished_records_why_for_the_mirror(
     inspector: Inspector, clock: FakeClock, monkeypatch
 ):
@@ -290,7 +340,7 @@ def test_deleting_a_task_that_had_not_finished_records_why_for_the_mirror(
     made = make_each(broker, {S.PENDING: 1, S.SCHEDULED: 1, S.RETRY: 1, S.ARCHIVED: 1, S.COMPLETED: 1})
     monkeypatch.setattr(broker, "mirror", True)
 
-    assert inspector.delete(EMAILS, [task_id for ids in made.values() for task_id in ids]) == 5
+    assert manual.delete(broker, EMAILS, [task_id for ids in made.values() for task_id in ids]) == 5
 
     for state, [task_id] in made.items():
         record = buffered(broker, EMAILS, task_id)
@@ -298,7 +348,7 @@ def test_deleting_a_task_that_had_not_finished_records_why_for_the_mirror(
             assert record["status"] == "failed"
             assert {k: record["info"][k] for k in ("error_type", "error")} == {
                 "error_type": CANCELLED,
-                "error": "deleted by hand",
+                "error": manual.DELETED_BY_HAND,
             }
         else:  # recorded (or not, the mirror being off) when it finished
             assert record is None
@@ -310,20 +360,20 @@ def test_with_the_mirror_off_tasks_ended_by_hand_are_not_buffered(inspector: Ins
     broker = inspector.broker
     archived, deleted = make_tasks(broker, S.PENDING, EMAILS, count=2)
 
-    assert (inspector.archive(EMAILS, [archived]), inspector.delete(EMAILS, [deleted])) == (1, 1)
+    assert (manual.archive(broker, EMAILS, [archived]), manual.delete(broker, EMAILS, [deleted])) == (1, 1)
 
     assert inspector.client.hlen(broker.queue(EMAILS).finished) == 0
     assert inspector.get_task(archived).last_error == "archived by hand"
 
 
 @pytest.mark.parametrize(
-    ("action", "reason"), [("archive", "archived by hand"), ("delete", "deleted by hand")]
+    ("act", "reason"), [(manual.archive, "archived by hand"), (manual.delete, "deleted by hand")]
 )
-def test_a_workflow_child_ended_by_hand_tells_its_workflow(inspector: Inspector, action: str, reason: str):
+def test_a_workflow_child_ended_by_hand_tells_its_workflow(inspector: Inspector, act, reason: str):
     broker = inspector.broker
     [child] = enqueue(broker, EMAILS, parent="wf-1", parent_queue=BILLING, position=3)
 
-    assert getattr(inspector, action)(EMAILS, [child]) == 1
+    assert act(broker, EMAILS, [child]) == 1
 
     [(cmd_id, body)] = workflow.take_commands(broker, EMAILS)
     assert cmd_id == f"child:{child}"
@@ -331,6 +381,22 @@ def test_a_workflow_child_ended_by_hand_tells_its_workflow(inspector: Inspector,
         "type": "child", "to": "wf-1", "to_queue": BILLING, "pos": 3, "child": child, "ok": False,
         "error": {"type": CANCELLED, "message": reason, "traceback": ""},
     }  # fmt: skip
+
+
+@pytest.mark.parametrize("act", [manual.archive, manual.delete])
+def test_ending_a_unique_task_by_hand_releases_its_lock(inspector: Inspector, act):
+    broker = inspector.broker
+    [pending] = enqueue(broker, EMAILS, unique_key="report", unique_ttl=60)
+    [retrying] = make_tasks(broker, S.RETRY, BILLING, unique_key="invoice", unique_ttl=60)
+
+    def holders() -> tuple[str | None, str | None]:
+        return lock_holder(broker, EMAILS, "report"), lock_holder(broker, BILLING, "invoice")
+
+    assert holders() == (pending, retrying)
+
+    assert (act(broker, EMAILS, [pending]), act(broker, BILLING, [retrying])) == (1, 1)
+
+    assert holders() == (None, None)
 
 
 def finished_workflows(broker: Broker, count: int) -> list[str]:
@@ -341,145 +407,44 @@ def finished_workflows(broker: Broker, count: int) -> list[str]:
     return ids
 
 
-def test_run_now_refuses_a_finished_workflow(inspector: Inspector):
+def test_run_now_skips_a_finished_workflow(inspector: Inspector):
     broker = inspector.broker
     [finished] = finished_workflows(broker, 1)
     [task_id] = make_tasks(broker, S.ARCHIVED, EMAILS)
 
-    with pytest.raises(InvalidStateTransition, match="a finished workflow cannot be run again"):
-        inspector.run_now(EMAILS, [finished])
-    assert inspector.run_now(EMAILS, [finished, task_id]) == 1  # among other tasks, it is skipped
+    assert manual.workflow_ids(broker, EMAILS, [finished, task_id, "unknown"]) == {finished}
+    assert manual.run_now(broker, EMAILS, [finished]) == 0
+    assert manual.run_now(broker, EMAILS, [finished, task_id]) == 1
     qk = broker.queue(EMAILS)
-    keys = [qk.state, qk.priority, qk.pending, qk.seq, qk.scheduled, qk.retry, qk.archived, qk.msg]
-    assert broker.run_script("run_now", keys, [qk.wake_channel, finished]) == 0  # the script refuses too
+    keys = [qk.state, qk.priority, qk.pending, qk.seq, qk.msg, qk.archived]
+    assert broker.run_script("run_now", keys, [qk.wake_channel, 1, S.ARCHIVED, finished]) == 0  # the script
 
     assert ids_in(broker, EMAILS, S.ARCHIVED) == [finished]
     assert ids_in(broker, EMAILS, S.PENDING) == [task_id]
 
 
-def test_run_all_skips_workflows_page_by_page(inspector: Inspector, clock: FakeClock, monkeypatch, caplog):
-    monkeypatch.setattr(inspect_module, "BULK_PAGE", 2)
-    broker = inspector.broker
-    workflows, tasks = [], []
-    for kind in "wwtwtt":  # archived in this order, a second apart
-        clock.advance(1)
-        if kind == "w":
-            workflows += finished_workflows(broker, 1)
-        else:
-            tasks += make_tasks(broker, S.ARCHIVED, EMAILS)
-
-    with caplog.at_level(logging.WARNING, logger=inspect_module.__name__):
-        assert inspector.run_all(EMAILS, S.ARCHIVED) == 3
-
-    assert ids_in(broker, EMAILS, S.ARCHIVED) == workflows
-    assert sorted(ids_in(broker, EMAILS, S.PENDING)) == sorted(tasks)
-    assert "3 workflows skipped" in caplog.text
-
-
-# Acting on a whole state
-
-
-BULK_ACTIONS = [
-    *(("run_all", state, S.PENDING) for state in (S.SCHEDULED, S.RETRY, S.ARCHIVED)),
-    *(("archive_all", state, S.ARCHIVED) for state in (S.PENDING, S.SCHEDULED, S.RETRY)),
-    *(("delete_all", state, None) for state in S if state != S.ACTIVE),
-]
-
-
-@pytest.mark.parametrize(("action", "state", "target"), BULK_ACTIONS)
-def test_a_bulk_action_moves_a_whole_state_page_by_page(
-    inspector: Inspector, monkeypatch, action: str, state: TaskState, target: TaskState | None
-):
-    monkeypatch.setattr(inspect_module, "BULK_PAGE", 2)
-    ids = make_tasks(inspector.broker, state, SEARCH, count=5)
-    [bystander] = make_tasks(inspector.broker, state, BILLING)
-
-    assert getattr(inspector, action)(SEARCH, state) == 5
-
-    assert inspector.count(SEARCH, state) == 0
-    if target is None:
-        assert not any(holds_columns(inspector.broker, SEARCH, task_id) for task_id in ids)
-    else:
-        assert set(ids_in(inspector.broker, SEARCH, target)) == set(ids)
-    assert ids_in(inspector.broker, BILLING, state) == [bystander]
-
-
-REFUSED = [
-    ("run_all", S.PENDING),
-    ("run_all", S.ACTIVE),
-    ("run_all", S.COMPLETED),
-    ("archive_all", S.ARCHIVED),
-    ("archive_all", S.ACTIVE),
-    ("archive_all", S.COMPLETED),
-    ("delete_all", S.ACTIVE),
-]
-
-
-@pytest.mark.parametrize(("action", "state"), REFUSED)
-def test_a_bulk_action_refuses_a_state_it_does_not_apply_to(
-    inspector: Inspector, action: str, state: TaskState
-):
-    ids = make_tasks(inspector.broker, state, EMAILS)
-
-    with pytest.raises(InvalidStateTransition, match=str(state)):
-        getattr(inspector, action)(EMAILS, state)
-
-    assert ids_in(inspector.broker, EMAILS, state) == ids
-
-
-# Purging
-
-
-def test_purge_deletes_every_task_but_the_active_ones_page_by_page(inspector: Inspector, monkeypatch):
-    monkeypatch.setattr(inspect_module, "BULK_PAGE", 2)
-    sizes = {
-        S.SCHEDULED: 3, S.RETRY: 2, S.ARCHIVED: 3, S.COMPLETED: 1, S.ACTIVE: 2, S.PENDING: 5, S.WAITING: 3,
-    }  # fmt: skip
-    made = make_each(inspector.broker, sizes, queue=SEARCH)
-    [bystander] = make_tasks(inspector.broker, S.PENDING, BILLING)
-
-    deleted = inspector.purge(SEARCH)
-
-    assert deleted == {state: count for state, count in sizes.items() if state != S.ACTIVE}
-    assert list(deleted) == [S.WAITING, S.SCHEDULED, S.RETRY, S.PENDING, S.ARCHIVED, S.COMPLETED]
-    assert {state: inspector.count(SEARCH, state) for state in S} == {s: int(s == S.ACTIVE) * 2 for s in S}
-    for state, ids in made.items():
-        for task_id in ids:
-            assert bool(holds_columns(inspector.broker, SEARCH, task_id)) == (state == S.ACTIVE)
-    qk = inspector.broker.queue(SEARCH)
-    assert not any(inspector.client.exists(qk.workflow(i), qk.workflow_results(i)) for i in made[S.WAITING])
-    assert ids_in(inspector.broker, BILLING, S.PENDING) == [bystander]
-
-
-def test_purge_releases_uniqueness_locks(inspector: Inspector):
-    broker = inspector.broker
-    [pending] = enqueue(broker, EMAILS, unique_key="report", unique_ttl=60)
-    [retrying] = make_tasks(broker, S.RETRY, BILLING, unique_key="invoice", unique_ttl=60)
-    assert (lock_holder(broker, EMAILS, "report"), lock_holder(broker, BILLING, "invoice")) == (
-        pending,
-        retrying,
-    )
-
-    inspector.purge(EMAILS)
-    inspector.purge(BILLING)
-
-    assert (lock_holder(broker, EMAILS, "report"), lock_holder(broker, BILLING, "invoice")) == (None, None)
-
-
-def test_purge_of_an_empty_queue_deletes_nothing(inspector: Inspector):
-    [active] = make_tasks(inspector.broker, S.ACTIVE, EMAILS)
-
-    assert inspector.purge(EMAILS) == dict.fromkeys(inspect_module.PURGE_ORDER, 0)
-    assert inspector.purge(SEARCH) == dict.fromkeys(inspect_module.PURGE_ORDER, 0)
-    assert ids_in(inspector.broker, EMAILS, S.ACTIVE) == [active]
-
-
 # Cancelling
 
 
-def test_cancel_returns_the_number_of_listeners(inspector: Inspector):
-    assert inspector.cancel("task-1") == 0
+def test_cancel_asks_the_workers_to_stop_a_running_task(inspector: Inspector):
+    broker = inspector.broker
+    assert manual.cancel(broker, EMAILS, "task-1", S.ACTIVE) == 0  # nobody listening
 
-    with subscribed(inspector.broker, inspector.broker.keys.cancel_channel) as pubsub:
-        assert inspector.cancel("task-2") == 1
+    with subscribed(broker, broker.keys.cancel_channel) as pubsub:
+        assert manual.cancel(broker, EMAILS, "task-2", S.ACTIVE) == 1
         assert next_message(pubsub)["data"] == "task-2"
+
+
+def test_cancel_ends_a_waiting_workflow_at_once(inspector: Inspector, clock: FakeClock):
+    broker = inspector.broker
+    [waiting] = make_tasks(broker, S.WAITING, EMAILS)
+
+    assert manual.cancel(broker, EMAILS, waiting, S.WAITING) == 1
+
+    cancelled = inspector.get_task(waiting)
+    assert (cancelled.state, cancelled.info["error_type"], cancelled.last_error) == (
+        S.ARCHIVED,
+        CANCELLED,
+        manual.CANCELLED_BY_HAND,
+    )
+    assert manual.cancel(broker, EMAILS, waiting, S.WAITING) == 0  # it had ended already

@@ -15,6 +15,7 @@ WITHOUT_DJANGO = textwrap.dedent(
     sys.modules["django"] = None  # any import of Django now fails
     import redis
     from django_rtq.broker import Broker, TaskMessage, TaskState
+    from django_rtq.broker import bulk, manual
     from django_rtq.broker.inspect import Inspector
 
     broker = Broker(redis.Redis.from_url(sys.argv[1], decode_responses=True), prefix=sys.argv[2])
@@ -23,6 +24,11 @@ WITHOUT_DJANGO = textwrap.dedent(
     [claimed] = broker.claim("default", worker_id="w", limit=1)
     assert claimed.id == message.id and broker.complete("default", [], worker_id="w") == 0
     assert Inspector(broker).get_task(message.id).state == TaskState.ACTIVE
+    pending = TaskMessage(id=str(uuid.uuid4()), task="some.task", queue="default")
+    broker.enqueue([pending])
+    assert manual.archive(broker, "default", [pending.id]) == 1
+    job = bulk.start(broker, "default", "delete", [TaskState.ARCHIVED])
+    assert bulk.carry_on(broker, "default", job.id, budget=1).done == 1
     assert not [name for name, module in sys.modules.items() if name.split(".")[0] == "django" and module]
     print("ok")
     """

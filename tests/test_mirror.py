@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django.db import connection, connections
 from django.utils import timezone
 
-from django_rtq.broker import TaskMessage, TaskState
+from django_rtq.broker import TaskMessage, TaskState, manual
 from django_rtq.mirror import mirror_batch
 from django_rtq.models import FinishedTask
 from django_rtq.worker.mirrorer import BACKLOG_STEP, BUSY_SHARE, MAX_BUSY_SHARE, Mirrorer, busy_share
@@ -125,13 +125,11 @@ def test_tasks_finishing_while_the_database_is_down_appear_once_it_is_back(
     assert rows == {**dict.fromkeys(succeeded, "succeeded"), **dict.fromkeys(failed, "failed")}
 
 
-def test_an_archived_task_run_again_is_mirrored_with_its_new_outcome(
-    mirroring, broker, run_worker, inspector
-):
+def test_an_archived_task_run_again_is_mirrored_with_its_new_outcome(mirroring, broker, run_worker):
     first = tasks.flaky.using(max_retries=0).enqueue("again", 1)
     with run_worker():
         wait_for(lambda: FinishedTask.objects.filter(pk=first.id, status="failed").exists())
-        assert inspector.run_now("default", [first.id]) == 1
+        assert manual.run_now(broker, "default", [first.id]) == 1
         wait_for(lambda: FinishedTask.objects.filter(pk=first.id, status="succeeded").exists())
     row = FinishedTask.objects.get(pk=first.id)
     assert (row.return_value, row.attempts, row.error_class) == (2, 2, "")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from django.contrib import admin
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import resolve, reverse
@@ -19,10 +20,13 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from django_rtq import permissions as perms
-from django_rtq.api.urls import api_urlpatterns, urlpatterns
+from django_rtq.api.routes import api_urlpatterns
+from django_rtq.api.urls import urlpatterns
 from django_rtq.broker import TaskState
+from django_rtq.broker.states import Action
 from django_rtq.exceptions import TaskNotFound
-from django_rtq.models import FinishedTask
+from django_rtq.models import FinishedTask, LiveTask
+from django_rtq.operations import Operations
 from tests.test_broker import make_tasks
 from tests.testapp import api_tasks
 
@@ -78,7 +82,7 @@ def is_allowed(role: str, needs: frozenset[str] | str) -> bool:
 @dataclass(frozen=True)
 class Route:
     method: str
-    path: str  # formatted with the world's task ids
+    path: str  # formatted with the world's task ids (and, for the API, `names`)
     needs: frozenset[str] | str
     status: int  # when allowed
     data: dict[str, Any] | None = None
@@ -104,7 +108,7 @@ def world(broker, inspector) -> dict[str, str]:
     [waiting] = make_tasks(broker, S.WAITING, Q)
     [scheduled] = make_tasks(broker, S.SCHEDULED, Q)
     [pending] = make_tasks(broker, S.PENDING, Q)
-    inspector.pause(PAUSED)
+    broker.pause(PAUSED)
     FinishedTask.objects.create(
         task_id=FINISHED, task_name=GREET, queue="default", status="succeeded", finished_at=timezone.now()
     )
@@ -148,6 +152,25 @@ API_ROUTES = [
     Route("POST", f"queues/{Q}/pause/", needs(CHANGE), 200, effect={f"paused:{Q}": True}),
     Route("POST", f"queues/{PAUSED}/resume/", needs(CHANGE), 200, effect={f"paused:{PAUSED}": False}),
     Route("GET", f"queues/{Q}/tasks/?state=pending", needs(VIEW), 200),
+    Route(
+        "POST",
+        f"queues/{Q}/bulk/",
+        needs(CHANGE),
+        202,
+        {"action": "run", "state": "scheduled"},
+        {"scheduled": S.PENDING},
+    ),
+    Route("POST", f"queues/{Q}/bulk/", needs(CHANGE), 400, {"action": "run", "state": "pending"}),
+    Route("POST", "queues/no-such-queue/bulk/", needs(CHANGE), 404, {"action": "run", "state": "retry"}),
+    Route("GET", f"queues/{Q}/bulk/{{job}}/", needs(VIEW), 200),
+    Route("GET", f"queues/{Q}/bulk/no-such-job/", needs(VIEW), 404),
+    Route(
+        "POST",
+        f"queues/{Q}/purge/",
+        needs(CHANGE),
+        202,
+        effect={"archived": None, "waiting": None, "scheduled": None, "pending": None},
+    ),
     Route("GET", "workers/", needs(VIEW), 200),
     Route("GET", "finished/", needs(HISTORY), 200),
     Route("GET", "schema/?format=json", ANY, 200),
@@ -161,8 +184,19 @@ def api_client(user: User | None) -> APIClient:
     return client
 
 
-def call_api(client: APIClient, route: Route, world: dict[str, str]):
-    url = API + route.path.format(**world)
+@pytest.fixture
+def names(world) -> dict[str, str]:
+    """What the API routes' paths name: the world's tasks, and a bulk job on its queue."""
+    job = Operations().start_bulk(Action.ARCHIVE, Q, [S.RETRY])  # no retry tasks: done at once
+    return {**world, "job": job.id}
+
+
+def bulk_jobs() -> set[str]:
+    return {job.id for job in Operations().bulk_jobs()}
+
+
+def call_api(client: APIClient, route: Route, names: dict[str, str]):
+    url = API + route.path.format(**names)
     if route.method == "GET":
         return client.get(url)
     return client.post(url, route.data, format="json")
@@ -170,15 +204,17 @@ def call_api(client: APIClient, route: Route, world: dict[str, str]):
 
 @pytest.mark.parametrize("role", ALL_ROLES)
 @pytest.mark.parametrize("route", API_ROUTES, ids=str)
-def test_api_route_by_role(route, role, world, inspector):
+def test_api_route_by_role(route, role, world, names, inspector):
     client = api_client(make_user(role))
-    before = snapshot(inspector, world)
+    before, jobs_before = snapshot(inspector, world), bulk_jobs()
 
-    response = call_api(client, route, world)
+    response = call_api(client, route, names)
 
     if is_allowed(role, route.needs):
         assert response.status_code == route.status, response.content
         assert snapshot(inspector, world) == {**before, **route.effect}
+        starts_a_job = route.status == 202 and route.path.endswith(("/bulk/", "/purge/"))
+        assert len(bulk_jobs() - jobs_before) == starts_a_job
     else:
         assert response.status_code == 403, response.content
         detail = response.json()["detail"]
@@ -187,16 +223,19 @@ def test_api_route_by_role(route, role, world, inspector):
         else:
             assert "You do not have permission to perform this action: it needs" in detail
         assert snapshot(inspector, world) == before
+        assert bulk_jobs() == jobs_before
 
 
-def test_anonymous_requests_get_401_on_every_route_with_basic_authentication(world, inspector, settings):
+def test_anonymous_requests_get_401_on_every_route_with_basic_authentication(
+    world, names, inspector, settings
+):
     settings.RTQ = {
         **settings.RTQ,
         "API_AUTHENTICATION_CLASSES": ["rest_framework.authentication.BasicAuthentication"],
     }
     before = snapshot(inspector, world)
     for route in API_ROUTES:
-        response = call_api(APIClient(), route, world)
+        response = call_api(APIClient(), route, names)
         assert response.status_code == 401, route
         assert response["WWW-Authenticate"].startswith("Basic"), route
     assert snapshot(inspector, world) == before
@@ -331,25 +370,46 @@ ADMIN_ROUTES = [
         {"queue": PAUSED, "action": "resume", "confirm": "yes"},
         {f"paused:{PAUSED}": False},
     ),
+    Route(
+        "POST",
+        ACTION,
+        needs(CHANGE),
+        302,  # to the progress page of the bulk job it started
+        {"action": "run", "queue": Q, "state": "scheduled", "scope": "all", "confirm": "yes"},
+        {"scheduled": S.PENDING},
+    ),
+    Route("POST", QUEUE_ACTION, needs(CHANGE), 200, {"queue": Q, "action": "purge"}),
+    Route(
+        "POST",
+        QUEUE_ACTION,
+        needs(CHANGE),
+        302,
+        {"queue": Q, "action": "purge", "confirm": "yes"},
+        {"archived": None, "waiting": None, "scheduled": None, "pending": None},
+    ),
+    Route("GET", ADMIN + f"bulk/{Q}/{{job}}/", needs(VIEW), 200),
+    Route("GET", ADMIN + f"bulk/{Q}/no-such-job/", needs(VIEW), 404),
+    Route("POST", ADMIN + f"bulk/{Q}/{{job}}/carry-on/", needs(CHANGE), 302),
     Route("GET", "/admin/django_rtq/finishedtask/", needs(HISTORY), 200),
+    Route("GET", f"/admin/django_rtq/finishedtask/{FINISHED}/change/", needs(HISTORY), 200),
 ]
 
 
 @pytest.mark.parametrize("role", ALL_ROLES)
 @pytest.mark.parametrize("route", ADMIN_ROUTES, ids=str)
-def test_admin_view_by_role(route, role, world, inspector):
+def test_admin_view_by_role(route, role, world, names, inspector):
     client = Client()
     user = make_user(role)
     if user is not None:
         client.force_login(user)
-    path = route.path.format(**world)
+    path = route.path.format(**names)
     url = admin_task_url(path.removeprefix("task:")) if path.startswith("task:") else path
     before = snapshot(inspector, world)
 
     if route.method == "GET":
         response = client.get(url)
     else:
-        response = client.post(url, {key: value.format(**world) for key, value in route.data.items()})
+        response = client.post(url, {key: value.format(**names) for key, value in (route.data or {}).items()})
 
     if role == "anonymous":
         assert response.status_code == 302
@@ -363,6 +423,19 @@ def test_admin_view_by_role(route, role, world, inspector):
     else:
         assert response.status_code == 403
         assert snapshot(inspector, world) == before
+
+
+def test_every_admin_live_view_is_in_the_matrix():
+    live_admin = admin.site.get_model_admin(LiveTask)
+    named = {pattern.name for pattern in live_admin.get_urls()}
+    tested = {
+        resolve(
+            (admin_task_url("x") if route.path.startswith("task:") else route.path).split("?")[0]
+        ).url_name
+        for route in ADMIN_ROUTES
+        if route.path.startswith((ADMIN, "task:"))
+    }
+    assert tested == named
 
 
 def test_the_admin_index_shows_each_role_what_it_may_see(world):

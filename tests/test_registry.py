@@ -6,7 +6,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 
-from django_rtq import enqueue_many, get_inspector, task
+from django_rtq import Operations, enqueue_many, task
 from django_rtq.broker import TaskState
 from django_rtq.exceptions import DuplicateTask, InvalidTask, TaskIdConflict
 from django_rtq.registry import get_task_type, registered_tasks
@@ -24,7 +24,7 @@ def test_a_task_type_is_still_callable_directly():
 
 def test_enqueue_writes_a_pending_task_with_resolved_defaults(broker):
     message = tasks.add.enqueue(2, b=3)
-    found = get_inspector().get_task(message.id)
+    found = Operations().live_task(message.id)
     assert found.state == TaskState.PENDING
     assert found.message == message
     assert (message.args, message.kwargs, message.queue) == ([2], {"b": 3}, "default")
@@ -42,16 +42,16 @@ def test_using_overrides_options_per_call(broker):
         2.0,
         "my-id",
     )
-    assert get_inspector().get_task("my-id").queue == "other"
+    assert Operations().live_task("my-id").queue == "other"
 
 
 def test_delay_and_process_at_schedule_the_task(broker):
     delayed = tasks.add.using(delay=timedelta(minutes=5)).enqueue(1, 1)
     at = datetime.now(UTC) + timedelta(hours=1)
     timed = tasks.add.using(process_at=at).enqueue(1, 1)
-    inspector = get_inspector()
-    assert inspector.get_task(delayed.id).state == TaskState.SCHEDULED
-    assert inspector.get_task(timed.id).score_at == pytest.approx(at.timestamp(), abs=0.01)
+    inspector = Operations()
+    assert inspector.live_task(delayed.id).state == TaskState.SCHEDULED
+    assert inspector.live_task(timed.id).score_at == pytest.approx(at.timestamp(), abs=0.01)
 
 
 @pytest.mark.parametrize(
@@ -61,7 +61,7 @@ def test_delay_and_process_at_schedule_the_task(broker):
 def test_non_json_arguments_are_refused_at_enqueue(broker, args, expected):
     with pytest.raises(InvalidTask, match=expected):
         tasks.add.enqueue(*args)
-    assert get_inspector().count("default", TaskState.PENDING) == 0
+    assert Operations().count("default", TaskState.PENDING) == 0
 
 
 @pytest.mark.parametrize(
@@ -130,7 +130,7 @@ def test_enqueue_many_sends_everything_in_one_call(broker):
     messages = enqueue_many(
         [tasks.add.prepare(i, i) for i in range(50)] + [tasks.record.using(queue="other").prepare("x")]
     )
-    inspector = get_inspector()
+    inspector = Operations()
     assert inspector.count("default", TaskState.PENDING) == 50
     assert inspector.count("other", TaskState.PENDING) == 1
     assert len({m.id for m in messages}) == 51
@@ -138,14 +138,14 @@ def test_enqueue_many_sends_everything_in_one_call(broker):
 
 @pytest.mark.django_db(transaction=True)
 def test_enqueue_on_commit_waits_for_the_commit(broker):
-    inspector = get_inspector()
+    inspector = Operations()
     with transaction.atomic():
         message = tasks.add.enqueue_on_commit(1, 2)
         assert inspector.count("default", TaskState.PENDING) == 0
-    assert inspector.get_task(message.id).state == TaskState.PENDING
+    assert inspector.live_task(message.id).state == TaskState.PENDING
 
     with pytest.raises(RuntimeError), transaction.atomic():
         rolled_back = tasks.add.enqueue_on_commit(3, 4)
         raise RuntimeError
     with pytest.raises(Exception, match="No task"):
-        inspector.get_task(rolled_back.id)
+        inspector.live_task(rolled_back.id)

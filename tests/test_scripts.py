@@ -1,5 +1,5 @@
-"""The Lua scripts as the Broker and Inspector call them: the KEYS and ARGV each script's header
-declares, and every call within one cluster slot."""
+"""The Lua scripts as the Broker, the manual actions and bulk jobs call them: the KEYS and ARGV
+each script's header declares, and every call within one cluster slot."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 from redis.crc import key_slot
 from redis.exceptions import ClusterCrossSlotError, RedisClusterException
 
-from django_rtq.broker import Broker, TaskState, workflow
-from django_rtq.broker.inspect import Inspector
+from django_rtq.broker import Broker, TaskState, bulk, manual, workflow
 from django_rtq.broker.scripts import LuaScript, load_scripts
+from django_rtq.broker.states import Action
 from tests.cluster import Cluster, FakeClock
 from tests.test_broker import (
     BILLING,
@@ -31,7 +31,10 @@ from tests.test_broker import (
 
 SCRIPTS = load_scripts()
 #: "-- ARGV[4..] -> five per task: ..." gives the size of each task's group of arguments.
-_PER_TASK = re.compile(r"^-- ARGV\[\d+\.\.\] -> (\w+) per task", re.MULTILINE)
+_PER_TASK = re.compile(r"^-- ARGV\[\d+\.\.\] -> (?:the n allowed states, then )?(\w+) per task", re.MULTILINE)
+#: "-- ARGV[5] -> n, the number of allowed states": the scripts of manual actions take the states
+#: they may move tasks from (ACTION_STATES), their sorted sets first among the variadic KEYS.
+_STATE_COUNT = re.compile(r"^-- ARGV\[(\d+)\] -> n, the number of allowed states", re.MULTILINE)
 _NUMBERS = {"two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7}
 
 
@@ -43,13 +46,14 @@ class Call:
 
 
 def record_script_calls(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> list[Call]:
-    """Record every EVALSHA the broker's client sends, directly or in a pipeline."""
+    """Record every EVALSHA of our scripts the broker's client sends, directly or in a pipeline
+    (not those of redis-py's own locks, which bulk jobs use)."""
     by_sha = {script.sha: script for script in SCRIPTS.values()}
     calls: list[Call] = []
 
     def recording(execute_command):
         def wrapper(*command, **options):
-            if str(command[0]).upper() == "EVALSHA":
+            if str(command[0]).upper() == "EVALSHA" and command[1] in by_sha:
                 sha, numkeys, *rest = command[1:]
                 calls.append(Call(by_sha[sha], tuple(rest[:numkeys]), tuple(rest[numkeys:])))
             return execute_command(*command, **options)
@@ -70,9 +74,8 @@ def record_script_calls(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> list
 
 
 def exercise_every_operation(broker: Broker, clock: FakeClock) -> None:
-    """Call each Broker and Inspector operation that runs a script, with and without
+    """Call each Broker operation, manual action and bulk job that runs a script, with and without
     uniqueness locks, on several queues."""
-    inspector = Inspector(broker)
     broker.mirror = True
     broker.enqueue(
         [message(queue, unique_key=f"{queue}-lock", unique_ttl=60) for queue in QUEUES]
@@ -103,12 +106,16 @@ def exercise_every_operation(broker: Broker, clock: FakeClock) -> None:
     broker.forward(EMAILS)
     broker.forward(BILLING)
 
-    inspector.run_now(SEARCH, [searching])
-    inspector.archive(BILLING, ids_in(broker, BILLING, TaskState.PENDING))
-    inspector.delete(SEARCH, [searching])
-    inspector.run_all(BILLING, TaskState.ARCHIVED)
-    inspector.archive_all(BILLING, TaskState.PENDING)
-    inspector.delete_all(BILLING, TaskState.ARCHIVED)
+    manual.run_now(broker, SEARCH, [searching])
+    manual.archive(broker, BILLING, ids_in(broker, BILLING, TaskState.PENDING))
+    manual.delete(broker, SEARCH, [searching])
+    for action, state in [
+        (Action.RUN, TaskState.ARCHIVED),
+        (Action.ARCHIVE, TaskState.PENDING),
+        (Action.DELETE, TaskState.ARCHIVED),
+    ]:
+        job = bulk.start(broker, BILLING, action, [state])
+        assert bulk.carry_on(broker, BILLING, job.id, budget=10).finished
     make_tasks(broker, TaskState.COMPLETED, SEARCH)
     exercise_workflows(broker, clock)
 
@@ -153,6 +160,15 @@ def per_task(script: LuaScript) -> int:
     return _NUMBERS[found.group(1)] if found else 1
 
 
+def allowed_states(script: LuaScript, call: Call) -> list[str]:
+    """The states a call of a manual action's script allows (none for other scripts)."""
+    found = _STATE_COUNT.search(script.source)
+    if not found:
+        return []
+    at = int(found.group(1))  # ARGV[at] is n; the n states follow it
+    return list(call.args[at : at + int(call.args[at - 1])])
+
+
 def check_count(what: str, passed: int, fixed: int, variadic: bool, group: int = 1) -> None:
     if variadic:
         assert passed >= fixed, f"{what}: {passed} passed, at least {fixed} declared"
@@ -168,7 +184,21 @@ def test_every_call_passes_the_keys_and_arguments_its_header_declares(recorded: 
     assert calls, f"no operation ran {name}"
     for call in calls:
         check_count(f"{name} KEYS", len(call.keys), script.fixed_keys, script.variadic_keys)
-        check_count(f"{name} ARGV", len(call.args), script.fixed_args, script.variadic_args, per_task(script))
+        states = allowed_states(script, call)
+        passed = len(call.args) - len(states)
+        check_count(f"{name} ARGV", passed, script.fixed_args, script.variadic_args, per_task(script))
+
+
+@pytest.mark.parametrize("name", ["run_now", "archive_tasks", "delete_tasks"])
+def test_a_manual_action_passes_its_allowed_states_and_their_sorted_sets(recorded: list[Call], name: str):
+    script = SCRIPTS[name]
+    calls = [call for call in recorded if call.script is script]
+    assert calls, f"no operation ran {name}"
+    for call in calls:
+        states = allowed_states(script, call)
+        assert states and set(states) <= set(TaskState), f"{name}: {states}"
+        sets = call.keys[script.fixed_keys : script.fixed_keys + len(states)]
+        assert [key.rsplit(":", 1)[1] for key in sets] == states, f"{name}: {sets} for {states}"
 
 
 def test_every_call_touches_one_cluster_slot(recorded: list[Call]):

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from django_rtq.broker import TaskMessage, TaskState
+from django_rtq.broker import TaskMessage, TaskState, manual
 from django_rtq.exceptions import BrokerUnavailable, DuplicateTask, TaskNotFound
 from django_rtq.worker.processor import Processor
 from django_rtq.worker.server import Worker
@@ -154,7 +154,7 @@ def test_a_running_task_can_be_cancelled(run_worker, inspector, redis_client):
     with run_worker(concurrency=1) as worker:
         wait_for(worker.subscriber.subscribed.is_set)
         wait_for(lambda: reports(redis_client, "cancel-me:started"))
-        assert inspector.cancel(message.id) >= 1
+        assert manual.cancel(inspector.broker, "default", message.id, TaskState.ACTIVE) >= 1
         archived = wait_state(inspector, message.id, TaskState.ARCHIVED)
         tasks.record.enqueue("after-cancel")
         wait_for(lambda: reports(redis_client, "after-cancel"))
@@ -170,11 +170,11 @@ def test_a_scheduled_task_runs_once_due(run_worker, inspector, redis_client):
 
 
 def test_higher_priority_runs_first_within_a_queue(run_worker, inspector, redis_client):
-    inspector.pause("default")
+    inspector.broker.pause("default")
     for value, priority in [("low", -5), ("normal", 0), ("high", 50), ("normal2", 0)]:
         tasks.record.using(priority=priority).enqueue("order", value)
     with run_worker(concurrency=1):
-        inspector.resume("default")
+        inspector.broker.resume("default")
         wait_for(lambda: len(reports(redis_client, "order")) == 4)
     assert reports(redis_client, "order") == ["high", "normal", "normal2", "low"]
 
@@ -205,13 +205,13 @@ def test_weighted_order_favours_heavier_queues(broker):
 
 
 def test_a_paused_queue_is_not_served_until_resumed(run_worker, inspector, redis_client):
-    inspector.pause("default")
+    inspector.broker.pause("default")
     message = tasks.record.enqueue("paused")
     with run_worker() as worker:
         wait_for(lambda: worker.broker.workers())  # the worker is up and has looked at the queue
         time.sleep(0.2)  # not synchronisation: the time during which nothing must happen
         assert state_of(inspector, message.id) == TaskState.PENDING
-        inspector.resume("default")
+        inspector.broker.resume("default")
         wait_for(lambda: reports(redis_client, "paused"))
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django_rtq.broker import TaskState
+from django_rtq.broker import TaskState, manual
 from django_rtq.broker.inspect import Inspector
 from django_rtq.worker.server import Worker
 from tests.conftest import wait_for
@@ -33,7 +33,7 @@ def test_a_worker_serves_queues_on_every_node(cluster_broker, prefix, redis_clie
         blocked = tasks.block.using(queue="search").prepare("cluster-cancel")
         cluster_broker.enqueue([blocked])
         wait_for(lambda: reports(redis_client, "cluster-cancel:started"))
-        assert inspector.cancel(blocked.id) >= 1
+        assert manual.cancel(cluster_broker, "search", blocked.id, TaskState.ACTIVE) >= 1
         wait_for(lambda: inspector.get_task(blocked.id).state == TaskState.ARCHIVED)
     finally:
         worker.stop()

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from django_rtq import get_inspector
+from django_rtq import Operations
 from django_rtq.broker import TaskState
 from tests.conftest import wait_for
 from tests.testapp import tasks
@@ -15,7 +15,7 @@ from tests.testapp import tasks
 
 @pytest.fixture
 def inspector(broker):
-    return get_inspector()
+    return Operations()
 
 
 def reported(redis_client, name):
@@ -28,12 +28,12 @@ def test_a_task_of_a_sigkilled_worker_is_recovered_and_completed(start_worker, i
     wait_for(lambda: reported(redis_client, "killed:started"), timeout=20)
     first.send_signal(signal.SIGKILL)
     first.wait()
-    assert inspector.get_task(message.id).state == TaskState.ACTIVE  # nobody settled it
+    assert inspector.live_task(message.id).state == TaskState.ACTIVE  # nobody settled it
 
     redis_client.set(tasks.report_key("release:killed"), "1")
     start_worker(lease=1)
     done = wait_for(
-        lambda: (task := inspector.get_task(message.id)).state == TaskState.COMPLETED and task,
+        lambda: (task := inspector.live_task(message.id)).state == TaskState.COMPLETED and task,
         timeout=20,
     )
     assert done.retried == 0  # a crash is not the task's failure: no attempt charged
@@ -48,7 +48,7 @@ def test_sigterm_returns_the_running_task_to_pending(start_worker, inspector, re
     wait_for(lambda: reported(redis_client, "terminated:started"), timeout=20)
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(timeout=20) == 0
-    back = inspector.get_task(message.id)
+    back = inspector.live_task(message.id)
     assert back.state == TaskState.PENDING and back.retried == 0 and back.owner is None
     assert inspector.workers() == []
 

@@ -12,10 +12,12 @@ from datetime import timedelta
 
 import pytest
 
-from django_rtq.broker import TaskState
+from django_rtq.broker import TaskState, bulk, manual
 from django_rtq.broker.scripts import LUA_DIR
+from django_rtq.broker.states import Action
 from django_rtq.broker.workflow import WORKFLOW_TASKS, child_outcome, defer_command, take_commands
 from django_rtq.exceptions import BrokerUnavailable, CorruptWorkflow, InvalidStateTransition, InvalidTask
+from django_rtq.operations import Operations
 from django_rtq.worker.commander import MAX_COMMAND_ATTEMPTS, Commander, CommandRetries
 from django_rtq.workflows import apply_due, chain, chord, group, iterator, map_reduce
 from django_rtq.workflows import commands as commands_module
@@ -157,7 +159,7 @@ def test_cancelling_a_workflow_archives_its_children_that_have_not_started(inspe
     workflow_id = group([mark.s("never", i) for i in range(3)]).enqueue()
     children = [f"{workflow_id}.{i}" for i in range(3)]
     assert [inspector.get_task(c).state for c in children] == [TaskState.PENDING] * 3
-    assert inspector.cancel(workflow_id) == 1
+    assert manual.cancel(broker, "default", workflow_id, TaskState.WAITING) == 1
     assert inspector.get_task(workflow_id).state == TaskState.ARCHIVED
     apply_due(broker, ["default"])
     assert [inspector.get_task(c).state for c in children] == [TaskState.ARCHIVED] * 3
@@ -220,7 +222,7 @@ def test_a_map_reduce_over_10000_chunks_leaves_no_keys_behind(inspector, run_wor
 
 def test_a_child_archived_by_hand_fails_its_workflow(inspector, broker):
     workflow_id = group(mark.s("by-hand", 1), mark.s("by-hand", 2), retention=KEEP).enqueue()
-    assert inspector.archive("default", [f"{workflow_id}.0"]) == 1
+    assert manual.archive(broker, "default", [f"{workflow_id}.0"]) == 1
     apply_due(broker, ["default"])
     failed = inspector.get_task(workflow_id)
     assert failed.state == TaskState.ARCHIVED and "archived by hand" in failed.last_error
@@ -229,7 +231,7 @@ def test_a_child_archived_by_hand_fails_its_workflow(inspector, broker):
 
 def test_deleting_a_waiting_workflow_cancels_it(inspector, broker, redis_client):
     workflow_id = group(mark.s("deleted", 1), mark.s("deleted", 2)).enqueue()
-    assert inspector.delete("default", [workflow_id]) == 1
+    assert manual.delete(broker, "default", [workflow_id]) == 1
     apply_due(broker, ["default"])
     assert not redis_client.exists(broker.queue("default").workflow(workflow_id))
     assert inspector.count("default", TaskState.ARCHIVED) == 2  # its children, not started
@@ -308,7 +310,7 @@ def test_a_frozen_chunk_is_stopped_by_its_timeout_and_retried(inspector, run_wor
 
 def test_a_child_deleted_by_hand_fails_its_workflow(inspector, broker):
     workflow_id = group(mark.s("deleted-child", 1), mark.s("deleted-child", 2), retention=KEEP).enqueue()
-    assert inspector.delete("default", [f"{workflow_id}.0"]) == 1
+    assert manual.delete(broker, "default", [f"{workflow_id}.0"]) == 1
     apply_due(broker, ["default"])
     failed = inspector.get_task(workflow_id)
     assert failed.state == TaskState.ARCHIVED
@@ -330,9 +332,12 @@ def test_purging_a_queue_fails_its_waiting_workflows_and_tells_their_parents(ins
     in_low = [mark.s("purged", n).using(queue="low") for n in (3, 4)]
     other_id = group(*in_low, queue="default").enqueue()
 
-    deleted = inspector.purge("low")
+    purge = bulk.start(broker, "low", Action.DELETE, bulk.PURGE_STATES)
+    purge = bulk.carry_on(broker, "low", purge.id, budget=10)
 
-    assert (deleted[TaskState.WAITING], deleted[TaskState.PENDING], sum(deleted.values())) == (1, 2, 3)
+    found = dict(zip(purge.states, purge.counts, strict=True))
+    assert (found[TaskState.WAITING], found[TaskState.PENDING], purge.total) == (1, 2, 3)
+    assert (purge.finished, purge.done) == (True, 3)
     assert inspector.count("low", TaskState.WAITING) == 0
     assert not redis_client.exists(broker.queue("low").workflow(group_id))
     apply_due(broker, ["low", "default"])
@@ -353,13 +358,16 @@ def test_purging_a_queue_fails_its_waiting_workflows_and_tells_their_parents(ins
 
 def test_a_finished_workflow_cannot_be_run_again(inspector, broker):
     workflow_id = group(mark.s("run-again", 1)).enqueue()
-    inspector.cancel(workflow_id)
+    assert manual.cancel(broker, "default", workflow_id, TaskState.WAITING) == 1
     apply_due(broker, ["default"])  # its child is archived too
     assert inspector.get_task(workflow_id).state == TaskState.ARCHIVED
 
+    assert manual.run_now(broker, "default", [workflow_id]) == 0
     with pytest.raises(InvalidStateTransition, match="a finished workflow cannot be run again"):
-        inspector.run_now("default", [workflow_id])
-    assert inspector.run_all("default", TaskState.ARCHIVED) == 1  # its child, not the workflow
+        Operations(broker=broker).act_on_one(Action.RUN, workflow_id)  # what every surface says
+    run_all = bulk.start(broker, "default", Action.RUN, [TaskState.ARCHIVED])
+    run_all = bulk.carry_on(broker, "default", run_all.id, budget=10)
+    assert (run_all.finished, run_all.done, run_all.skipped) == (True, 1, 1)  # its child, not the workflow
 
     assert inspector.get_task(workflow_id).state == TaskState.ARCHIVED
     assert inspector.get_task(f"{workflow_id}.0").state == TaskState.PENDING
@@ -418,7 +426,7 @@ def test_a_postponed_workflow_cancelled_before_its_time_never_starts(
     inspector, broker, monkeypatch, redis_client
 ):
     workflow_id = group(mark.s("never", 1), mark.s("never", 2)).using(delay=60).enqueue()
-    assert inspector.cancel(workflow_id) == 1
+    assert manual.cancel(broker, "default", workflow_id, TaskState.WAITING) == 1
     assert inspector.get_task(workflow_id).state == TaskState.ARCHIVED
     at(broker, monkeypatch, 61)
     apply_due(broker, ["default"])  # its start command, now a no-op; and no cancel command was written

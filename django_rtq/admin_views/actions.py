@@ -1,11 +1,14 @@
-"""Acting by hand: run now, archive, delete, cancel tasks; pause and resume queues.
+"""Acting by hand: run now, archive, delete, cancel tasks; pause, resume and empty queues.
 
 Every action is a POST that first shows a confirmation page, then a second POST (with
-`confirm=yes`) acts, leaves a `messages` note saying what happened and redirects back.
+`confirm=yes`) acts through the operations layer. An action on selected tasks leaves a
+`messages` note saying what happened and redirects back; an action on a whole state (or
+emptying a queue) starts a bulk job and redirects to its progress page.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,60 +19,52 @@ from django.template.response import TemplateResponse
 from django.views.decorators.http import require_POST
 
 from ..broker import TaskState
-from ..broker.inspect import Inspector
-from ..exceptions import InvalidStateTransition
-from .common import admin_url, live_view, page_context, plural, queue_names, safe_next, task_url
+from ..broker.bulk import PURGE_STATES
+from ..broker.states import BULK_ACTIONS, Action, actions_for
+from ..formats import plural
+from ..operations import DONE, ActionReport, Operations
+from .common import admin_url, live_view, page_context, safe_next, task_url
 
-#: Tasks named on a confirmation page; more are counted, not listed.
+#: Tasks named on a confirmation page, and in a message; more are counted, not listed.
 CONFIRM_LISTED = 100
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TaskAction:
-    """An action on tasks as the admin offers it."""
-
-    name: str  # the form value
-    label: str  # the button
-    done: str  # what happened to the tasks, after "3 tasks"
-    bulk: bool = True  # offered for every task in a state of a queue
-
-    def act(self, inspector: Inspector, queue: str, task_ids: list[str]) -> int:
-        if self.name == "cancel":
-            return sum(1 for task_id in task_ids if inspector.cancel(task_id))
-        method = {"run": inspector.run_now, "archive": inspector.archive, "delete": inspector.delete}
-        return method[self.name](queue, task_ids)
-
-    def act_all(self, inspector: Inspector, queue: str, state: TaskState) -> int:
-        method = {"run": inspector.run_all, "archive": inspector.archive_all, "delete": inspector.delete_all}
-        return method[self.name](queue, state)
-
-
-ACTIONS = {
-    action.name: action
-    for action in (
-        TaskAction(name="run", label="Run now", done="moved to pending"),
-        TaskAction(name="archive", label="Archive", done="archived"),
-        TaskAction(name="delete", label="Delete", done="deleted"),
-        TaskAction(name="cancel", label="Cancel", done="asked to stop", bulk=False),
-    )
+MESSAGE_LISTED = 5
+#: How the admin names each action (its buttons and choices).
+LABELS = {
+    Action.RUN: "Run now",
+    Action.ARCHIVE: "Archive",
+    Action.DELETE: "Delete",
+    Action.CANCEL: "Cancel",
 }
-#: The actions each state allows (the inspector's rules: nothing but cancel touches active tasks).
-STATE_ACTIONS: dict[TaskState, tuple[str, ...]] = {
-    TaskState.SCHEDULED: ("run", "archive", "delete"),
-    TaskState.RETRY: ("run", "archive", "delete"),
-    TaskState.ARCHIVED: ("run", "delete"),
-    TaskState.PENDING: ("archive", "delete"),
-    TaskState.COMPLETED: ("delete",),
-    TaskState.ACTIVE: ("cancel",),
-    TaskState.WAITING: ("cancel", "delete"),  # a workflow: cancelling archives it at once
+#: The queue actions of the dashboard: what each does, for its confirmation page.
+QUEUE_ACTIONS = {
+    "pause": "Workers stop claiming its tasks; running tasks finish, and enqueueing goes on.",
+    "resume": "Workers claim its pending tasks again.",
+    "purge": "Active tasks are left to their workers.",
 }
+#: What a queue action did, for its message.
+QUEUE_DONE = {"pause": "paused", "resume": "resumed"}
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """An action as a page offers it: the form value and the label."""
+
+    action: Action
+    label: str
+
+
+def offers(state: TaskState, *, bulk: bool = False) -> list[Offer]:
+    """The actions a task in `state` allows (only those for a whole state, if `bulk`)."""
+    return [
+        Offer(action, LABELS[action]) for action in actions_for(state) if not bulk or action in BULK_ACTIONS
+    ]
 
 
 @require_POST
 @live_view(acts=True)
-def task_action(request: HttpRequest, model_admin: ModelAdmin, inspector: Inspector) -> HttpResponse:
+def task_action(request: HttpRequest, model_admin: ModelAdmin, ops: Operations) -> HttpResponse:
     data = request.POST
-    queue, action_name, scope = data.get("queue", ""), data.get("action", ""), data.get("scope", "selected")
+    queue, scope = data.get("queue", ""), data.get("scope", "selected")
     task_ids = list(dict.fromkeys(data.getlist("ids")))
     try:
         state = TaskState(data.get("state", ""))
@@ -78,119 +73,181 @@ def task_action(request: HttpRequest, model_admin: ModelAdmin, inspector: Inspec
     back = safe_next(
         request, admin_url(model_admin, "tasks", state or TaskState.PENDING, query={"queue": queue})
     )
-    if queue not in queue_names(inspector) or state is None:
+    if queue not in ops.queues() or state is None:
         messages.error(request, "Unknown queue or state.")
         return HttpResponseRedirect(back)
-    action = ACTIONS.get(action_name)
-    if action is None or action_name not in STATE_ACTIONS.get(state, ()):
+    try:
+        action = Action(data.get("action", ""))
+    except ValueError:
+        action = None
+    if action is None or action not in actions_for(state):
         messages.error(request, f"That action does not apply to {state} tasks.")
         return HttpResponseRedirect(back)
-    if scope == "all" and not action.bulk:
-        messages.error(request, f"{action.label} applies to selected tasks only.")
+    everything = scope == "all"
+    if everything and action not in BULK_ACTIONS:
+        messages.error(request, f"{LABELS[action]} applies to selected tasks only.")
         return HttpResponseRedirect(back)
-    if scope != "all" and not task_ids:
+    if not everything and not task_ids:
         messages.warning(request, "Select tasks first: nothing was done.")
         return HttpResponseRedirect(back)
 
     if data.get("confirm") != "yes":
-        everything = scope == "all"
-        count = inspector.count(queue, state) if everything else len(task_ids)
+        count = ops.count(queue, state) if everything else len(task_ids)
         what = f"all {plural(count, f'{state} task')}" if everything else plural(count, "selected task")
-        context = page_context(
+        listed = [] if everything else task_ids
+        return confirmation(
             request,
             model_admin,
-            title="Are you sure?",
-            question=f"{action.label}: {what} of queue {queue!r}?",
-            listed=[]
-            if everything
-            else [(task_id, task_url(model_admin, task_id, queue)) for task_id in task_ids[:CONFIRM_LISTED]],
-            unlisted=0 if everything else max(0, len(task_ids) - CONFIRM_LISTED),
+            question=f"{LABELS[action]}: {what} of queue {queue!r}?",
+            listed=[(task_id, task_url(model_admin, task_id, queue)) for task_id in listed[:CONFIRM_LISTED]],
+            unlisted=max(0, len(listed) - CONFIRM_LISTED),
             hidden=[
-                ("action", action.name),
+                ("action", action),
                 ("queue", queue),
                 ("state", state),
                 ("scope", "all" if everything else "selected"),
                 ("next", back),
-                *(() if everything else (("ids", task_id) for task_id in task_ids)),
+                *(("ids", task_id) for task_id in listed),
             ],
-            confirm_label=f"Yes, {action.label.lower()}",
-            post_url=request.path,
+            confirm_label=f"Yes, {LABELS[action].lower()}",
             back=back,
         )
-        return TemplateResponse(request, "admin/django_rtq/confirm.html", context)
 
-    if scope == "all":
-        count = action.act_all(inspector, queue, state)
-        messages.success(request, f"{plural(count, f'{state} task')} of queue {queue!r} {action.done}.")
-        return HttpResponseRedirect(back)
-    try:
-        count = action.act(inspector, queue, task_ids)
-    except InvalidStateTransition as exc:  # say, running a finished workflow again
-        messages.error(request, str(exc))
-        return HttpResponseRedirect(back)
-    if action.name == "cancel":
-        report_cancel(request, task_ids, count)
+    if everything:
+        job = ops.start_bulk(action, queue, [state])
+        return HttpResponseRedirect(admin_url(model_admin, "bulk", queue, job.id))
+    report = ops.act(action, task_ids, queue)
+    if action == Action.CANCEL:
+        report_cancel(request, report, queue)
     else:
-        messages.success(request, f"{plural(count, 'task')} of queue {queue!r} {action.done}.")
-        if count < len(task_ids):
-            messages.warning(
-                request,
-                f"{plural(len(task_ids) - count, 'selected task')} skipped: no longer {state} "
-                f"(or gone) by the time the action ran.",
-            )
+        report_action(request, report, queue)
     return HttpResponseRedirect(back)
 
 
-def report_cancel(request: HttpRequest, task_ids: list[str], reached: int) -> None:
-    if reached:
-        messages.success(
-            request,
-            f"Cancellation of {plural(reached, 'task')} requested: a running task is stopped by its "
-            "worker, a waiting workflow at once; either ends archived.",
-        )
-    if reached < len(task_ids):
+def report_action(request: HttpRequest, report: ActionReport, queue: str) -> None:
+    """Say what an action on selected tasks did, and why it left some alone."""
+    done = DONE[report.action]
+    if report.count:
+        messages.success(request, f"{plural(report.count, 'task')} of queue {queue!r} {done}.")
+    report_skipped(request, report)
+    if report.changed_meanwhile:
         messages.warning(
             request,
-            f"{plural(len(task_ids) - reached, 'cancellation')} reached no worker: no worker is "
+            f"{plural(report.changed_meanwhile, 'selected task')} left alone: no longer in a state "
+            f"{report.action} applies to (or gone) by the time the action ran.",
+        )
+    report_missing(request, report, queue)
+
+
+def report_cancel(request: HttpRequest, report: ActionReport, queue: str) -> None:
+    if report.count:
+        messages.success(
+            request,
+            f"Cancellation of {plural(report.count, 'task')} requested: a running task is stopped by "
+            "its worker, a waiting workflow at once; either ends archived.",
+        )
+    report_skipped(request, report)
+    if report.changed_meanwhile:
+        messages.warning(
+            request,
+            f"{plural(report.changed_meanwhile, 'cancellation')} reached no worker: no worker is "
             "listening now, or the task had finished. An active task whose worker died is "
             "recovered when its lease expires.",
         )
+    report_missing(request, report, queue)
+
+
+def report_skipped(request: HttpRequest, report: ActionReport) -> None:
+    """One message per reason the action left tasks alone (their state, or being a workflow)."""
+    by_reason: dict[str, list[str]] = defaultdict(list)
+    for ref, reason in report.skipped:
+        by_reason[reason].append(ref.id)
+    done = DONE[report.action]
+    for reason, ids in by_reason.items():
+        if len(ids) == 1:
+            messages.warning(request, f"Task {ids[0]!r} was not {done}: {reason}.")
+        else:
+            messages.warning(
+                request,
+                f"{plural(len(ids), 'selected task')} were not {done} ({listing(ids)}); each: {reason}.",
+            )
+
+
+def report_missing(request: HttpRequest, report: ActionReport, queue: str) -> None:
+    if report.missing:
+        messages.warning(
+            request,
+            f"{plural(len(report.missing), 'selected task')} no longer in queue {queue!r} "
+            f"({listing(report.missing)}): deleted, or gone at the end of its retention.",
+        )
+
+
+def listing(ids: list[str]) -> str:
+    """A few ids, quoted, and how many more."""
+    shown = ", ".join(repr(task_id) for task_id in ids[:MESSAGE_LISTED])
+    return shown + (f" and {len(ids) - MESSAGE_LISTED:,} more" if len(ids) > MESSAGE_LISTED else "")
 
 
 @require_POST
 @live_view(acts=True)
-def queue_action(request: HttpRequest, model_admin: ModelAdmin, inspector: Inspector) -> HttpResponse:
+def queue_action(request: HttpRequest, model_admin: ModelAdmin, ops: Operations) -> HttpResponse:
     queue, action = request.POST.get("queue", ""), request.POST.get("action", "")
     back = safe_next(request, admin_url(model_admin, "dashboard"))
-    if queue not in queue_names(inspector) or action not in ("pause", "resume"):
+    if queue not in ops.queues() or action not in QUEUE_ACTIONS:
         messages.error(request, "Unknown queue or action.")
         return HttpResponseRedirect(back)
     if request.POST.get("confirm") != "yes":
-        effect = (
-            "Workers stop claiming its tasks; running tasks finish, and enqueueing goes on."
-            if action == "pause"
-            else "Workers claim its pending tasks again."
-        )
-        context: dict[str, Any] = page_context(
+        if action == "purge":
+            count = sum(ops.count(queue, state) for state in PURGE_STATES)
+            question = (
+                f"Empty queue {queue!r}? Its {plural(count, 'task')} in the states "
+                f"{', '.join(PURGE_STATES)} will be deleted. {QUEUE_ACTIONS[action]}"
+            )
+            label = "Yes, empty it"
+        else:
+            question = f"{action.capitalize()} queue {queue!r}? {QUEUE_ACTIONS[action]}"
+            label = f"Yes, {action}"
+        return confirmation(
             request,
             model_admin,
-            title="Are you sure?",
-            question=f"{action.capitalize()} queue {queue!r}? {effect}",
-            listed=[],
-            unlisted=0,
+            question=question,
             hidden=[("action", action), ("queue", queue), ("next", back)],
-            confirm_label=f"Yes, {action}",
-            post_url=request.path,
+            confirm_label=label,
             back=back,
         )
-        return TemplateResponse(request, "admin/django_rtq/confirm.html", context)
-    paused = inspector.broker.is_paused(queue)
-    if action == "pause" and not paused:
-        inspector.pause(queue)
-        messages.success(request, f"Queue {queue!r} paused.")
-    elif action == "resume" and paused:
-        inspector.resume(queue)
-        messages.success(request, f"Queue {queue!r} resumed.")
+    if action == "purge":
+        job = ops.purge(queue)
+        return HttpResponseRedirect(admin_url(model_admin, "bulk", queue, job.id))
+    changed = ops.pause(queue) if action == "pause" else ops.resume(queue)
+    if changed:
+        messages.success(request, f"Queue {queue!r} {QUEUE_DONE[action]}.")
     else:
-        messages.info(request, f"Queue {queue!r} was already {'paused' if paused else 'running'}.")
+        messages.info(request, f"Queue {queue!r} was already {'paused' if action == 'pause' else 'running'}.")
     return HttpResponseRedirect(back)
+
+
+def confirmation(
+    request: HttpRequest,
+    model_admin: ModelAdmin,
+    *,
+    question: str,
+    hidden: list[tuple[str, Any]],
+    confirm_label: str,
+    back: str,
+    listed: list[tuple[str, str]] | None = None,
+    unlisted: int = 0,
+) -> HttpResponse:
+    """The page that asks before acting: its form posts the same data again, with confirm=yes."""
+    context = page_context(
+        request,
+        model_admin,
+        title="Are you sure?",
+        question=question,
+        listed=listed or [],
+        unlisted=unlisted,
+        hidden=hidden,
+        confirm_label=confirm_label,
+        post_url=request.path,
+        back=back,
+    )
+    return TemplateResponse(request, "admin/django_rtq/confirm.html", context)

@@ -1,10 +1,9 @@
-"""What the live views share: permissions, page context, Redis errors, time formatting."""
+"""What the live views share: permissions and the operations layer, page context, Redis errors, URLs."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, unquote, urlencode
 
@@ -15,11 +14,9 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 
-from .. import get_inspector
 from ..broker import TaskState
-from ..broker.inspect import Inspector
-from ..conf import get_settings
 from ..exceptions import BrokerUnavailable
+from ..operations import Operations
 
 #: The states in the order the admin shows them: the lifecycle's, then any others.
 _ORDER = ("pending", "active", "scheduled", "retry", "archived", "completed")
@@ -39,7 +36,8 @@ View = Callable[..., HttpResponse]
 def live_view(*, acts: bool = False) -> Callable[[View], View]:
     """Check the permission (view, or change if the view `acts`) and turn Redis errors into a page.
 
-    The view is called as `view(request, model_admin, inspector, ...)`.
+    The view is called as `view(request, model_admin, ops, ...)`, `ops` being the operations
+    layer as the request's user (which checks each call's permission again).
     """
 
     def decorator(view: View) -> View:
@@ -53,7 +51,7 @@ def live_view(*, acts: bool = False) -> Callable[[View], View]:
             if not allowed:
                 raise PermissionDenied
             try:
-                return view(request, model_admin, get_inspector(), *args, **kwargs)
+                return view(request, model_admin, Operations(request.user), *args, **kwargs)
             except BrokerUnavailable as exc:
                 context = page_context(request, model_admin, title="Redis is unreachable")
                 context["error"] = str(exc)
@@ -79,13 +77,9 @@ def page_context(
     }
 
 
-def queue_names(inspector: Inspector) -> list[str]:
-    """Queues enqueued to at least once, and those in settings.RTQ['QUEUES']."""
-    return sorted(set(inspector.queues()) | set(get_settings().QUEUES))
-
-
 def admin_url(model_admin: ModelAdmin, name: str, *args: Any, query: dict[str, Any] | None = None) -> str:
-    """Reverse one of the live views (`dashboard`, `tasks`, `task`, `task_action`, `queue_action`)."""
+    """Reverse one of the live views (`dashboard`, `tasks`, `task`, `task_action`, `queue_action`,
+    `bulk`, `bulk_carry_on`)."""
     url = reverse(f"{model_admin.admin_site.name}:{url_name(name)}", args=args)
     present = {key: value for key, value in (query or {}).items() if value not in (None, "")}
     return f"{url}?{urlencode(present)}" if present else url
@@ -95,13 +89,14 @@ def url_name(name: str) -> str:
     return "django_rtq_livetask_changelist" if name == "dashboard" else f"django_rtq_{name}"
 
 
-class TaskIdConverter:
-    """A task id in the task page's URL, as one path segment that is never "." or "..".
+class SegmentConverter:
+    """A task id or a queue name in a URL, as one path segment that is never "." or "..".
 
-    Ids stored before ids were checked may hold "/", "%" or be "..": `to_url` quotes them all
-    (and reverse() quotes the "%"), so that a link to the task page of `../../auth/user/` stays
-    a link to that task page, not one a browser resolves to another admin page.
-    `to_python` unquotes, so a hand-written task/reports/2026/ still finds "reports/2026".
+    Ids stored before ids were checked may hold "/", "%" or be "..", and queue names may hold
+    "/": `to_url` quotes them all (and reverse() quotes the "%"), so that a link to the task
+    page of `../../auth/user/` stays a link to that task page, not one a browser resolves to
+    another admin page. `to_python` unquotes, so a hand-written task/reports/2026/ still finds
+    "reports/2026".
     """
 
     regex = ".+"
@@ -126,35 +121,3 @@ def safe_next(request: HttpRequest, fallback: str) -> str:
     ):
         return target
     return fallback
-
-
-def as_datetime(epoch_seconds: Any) -> datetime | None:
-    """An aware datetime from epoch seconds; None for anything else."""
-    if isinstance(epoch_seconds, bool) or not isinstance(epoch_seconds, int | float):
-        return None
-    try:
-        return datetime.fromtimestamp(epoch_seconds, UTC)
-    except (OverflowError, OSError, ValueError):
-        return None
-
-
-def format_seconds(seconds: float | None) -> str:
-    """A length of time for people: "0.4 s", "42 s", "3 min 20 s", "2 h 5 min", "3 d 4 h"."""
-    if seconds is None:
-        return "—"
-    if seconds < 10:
-        return f"{seconds:.1f} s"
-    seconds = int(seconds)
-    for size, unit, smaller_size, smaller_unit in (
-        (86400, "d", 3600, "h"),
-        (3600, "h", 60, "min"),
-        (60, "min", 1, "s"),
-    ):
-        if seconds >= size:
-            rest = (seconds % size) // smaller_size
-            return f"{seconds // size} {unit}" + (f" {rest} {smaller_unit}" if rest else "")
-    return f"{seconds} s"
-
-
-def plural(count: int, noun: str) -> str:
-    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"

@@ -1,7 +1,8 @@
-"""The dashboard: every queue's tasks per state, today's counters, workers, and a history chart."""
+"""The dashboard: every queue's tasks per state, today's counters, workers, bulk jobs, a history chart."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -10,29 +11,24 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
 from ..broker import TaskState
-from ..broker.inspect import Inspector, QueueStats
+from ..broker.bulk import KEEP_FINISHED_SECONDS, BulkJob
+from ..broker.inspect import QueueStats
+from ..formats import django_datetime, format_duration
+from ..operations import Operations
+from .bulk import describe_job
 from .charts import history_chart
-from .common import (
-    STATES,
-    admin_url,
-    as_datetime,
-    format_seconds,
-    live_view,
-    page_context,
-    queue_names,
-    task_url,
-)
+from .common import STATES, admin_url, live_view, page_context, task_url
 
 #: Days of history the chart shows.
 CHART_DAYS = 28
 
 
 @live_view()
-def dashboard(request: HttpRequest, model_admin: ModelAdmin, inspector: Inspector) -> HttpResponse:
-    names = queue_names(inspector)
+def dashboard(request: HttpRequest, model_admin: ModelAdmin, ops: Operations) -> HttpResponse:
+    names = ops.queues()
     queues = []
     for name in names:
-        stats = inspector.queue_stats(name)
+        stats = ops.queue_stats(name)
         queues.append(
             {
                 "name": name,
@@ -40,26 +36,25 @@ def dashboard(request: HttpRequest, model_admin: ModelAdmin, inspector: Inspecto
                 "states": [
                     (
                         state,
-                        state_count(inspector, stats, state),
+                        state_count(ops, stats, state),
                         admin_url(model_admin, "tasks", state, query={"queue": name}),
                     )
                     for state in STATES
                 ],
-                "oldest_pending": format_seconds(stats.oldest_pending_age)
-                if stats.oldest_pending_age is not None
-                else None,
+                "oldest_pending": format_duration(stats.oldest_pending_age),
             }
         )
     chart_queue = request.GET.get("chart")
     if chart_queue not in names:
         chart_queue = None
-    history = combined_history(inspector, [chart_queue] if chart_queue else names, CHART_DAYS)
+    history = combined_history(ops, [chart_queue] if chart_queue else names, CHART_DAYS)
     context = page_context(
         request,
         model_admin,
         title="Task queue",
         queues=queues,
-        workers=describe_workers(model_admin, inspector),
+        workers=describe_workers(model_admin, ops),
+        bulk_jobs=[describe_job(model_admin, job) for job in recent_jobs(ops.bulk_jobs())],
         chart=history_chart(history),
         chart_queue=chart_queue,
         chart_days=CHART_DAYS,
@@ -69,30 +64,40 @@ def dashboard(request: HttpRequest, model_admin: ModelAdmin, inspector: Inspecto
     return TemplateResponse(request, "admin/django_rtq/dashboard.html", context)
 
 
-def state_count(inspector: Inspector, stats: QueueStats, state: TaskState) -> int:
+def state_count(ops: Operations, stats: QueueStats, state: TaskState) -> int:
     """The size of a state from the queue's stats, or counted if the stats do not have it."""
     count = getattr(stats, state, None)
-    return count if isinstance(count, int) else inspector.count(stats.queue, state)
+    return count if isinstance(count, int) else ops.count(stats.queue, state)
 
 
-def combined_history(inspector: Inspector, queues: list[str], days: int) -> list[tuple[str, int, int]]:
+def recent_jobs(jobs: list[BulkJob]) -> list[BulkJob]:
+    """The running jobs, then those finished within the last hour, each group latest first.
+
+    Workers forget finished jobs after an hour; without a worker they stay, but not on the page.
+    """
+    since = time.time() - KEEP_FINISHED_SECONDS
+    running = [job for job in jobs if not job.finished]
+    finished = [job for job in jobs if job.finished_at is not None and job.finished_at >= since]
+    return running + finished
+
+
+def combined_history(ops: Operations, queues: list[str], days: int) -> list[tuple[str, int, int]]:
     """Sum the queues' (day, processed, failed) rows day by day."""
     totals: dict[str, list[int]] = {}
     for queue in queues:
-        for day, processed, failed in inspector.history(queue, days):
+        for day, processed, failed in ops.history(queue, days):
             row = totals.setdefault(day, [0, 0])
             row[0] += processed
             row[1] += failed
     if not totals:  # no queue at all: still draw the days
-        today = datetime.fromtimestamp(inspector.broker.clock(), UTC).date()
+        today = datetime.now(UTC).date()
         return [((today - timedelta(days=n)).isoformat(), 0, 0) for n in range(days - 1, -1, -1)]
     return [(day, processed, failed) for day, (processed, failed) in sorted(totals.items())]
 
 
-def describe_workers(model_admin: ModelAdmin, inspector: Inspector) -> list[dict[str, Any]]:
-    workers = sorted(inspector.workers(), key=lambda w: (w.get("host", ""), w.get("pid", 0), w.get("id", "")))
+def describe_workers(model_admin: ModelAdmin, ops: Operations) -> list[dict[str, Any]]:
     described = []
-    for worker in workers:
+    for worker in ops.workers():
         queues = worker.get("queues")
         if isinstance(queues, dict):
             queues = [f"{name} ({weight})" for name, weight in queues.items()]
@@ -103,7 +108,7 @@ def describe_workers(model_admin: ModelAdmin, inspector: Inspector) -> list[dict
                 "pid": worker.get("pid"),
                 "queues": queues or [],
                 "concurrency": worker.get("concurrency"),
-                "started_at": as_datetime(worker.get("started_at")),
+                "started_at": django_datetime(worker.get("started_at")),
                 "tasks": [
                     {
                         "id": task.get("id"),
@@ -111,7 +116,7 @@ def describe_workers(model_admin: ModelAdmin, inspector: Inspector) -> list[dict
                         "url": task_url(model_admin, task["id"], task.get("queue"))
                         if task.get("id")
                         else None,
-                        "started_at": as_datetime(task.get("started_at")),
+                        "started_at": django_datetime(task.get("started_at")),
                     }
                     for task in worker.get("active") or []
                 ],

@@ -14,22 +14,14 @@ from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
 
 from ..broker import TaskState
-from ..broker.inspect import NAME_SEARCH_SCAN, Inspector, TaskInfo
+from ..broker.inspect import NAME_SEARCH_SCAN, TaskInfo
+from ..broker.message import OPTION_FIELDS
 from ..exceptions import TaskNotFound
-from ..management.base import OPTION_FIELDS
-from ..models import FinishedTask
-from ..permissions import VIEW_HISTORY, has_permission
-from .actions import ACTIONS, STATE_ACTIONS
-from .common import (
-    STATE_TIME_LABELS,
-    STATES,
-    admin_url,
-    as_datetime,
-    live_view,
-    page_context,
-    queue_names,
-    task_url,
-)
+from ..formats import django_datetime, format_duration
+from ..operations import Operations
+from ..permissions import VIEW_HISTORY
+from .actions import offers
+from .common import STATE_TIME_LABELS, STATES, admin_url, live_view, page_context, task_url
 
 #: Tasks per page of a list.
 PER_PAGE = 50
@@ -56,32 +48,28 @@ class TaskList:
     with offsets, so a page costs the same whether the list holds ten tasks or millions.
     """
 
-    def __init__(
-        self, inspector: Inspector, queue: str, state: TaskState, *, total: int | None = None
-    ) -> None:
-        self.inspector = inspector
+    def __init__(self, ops: Operations, queue: str, state: TaskState, *, total: int | None = None) -> None:
+        self.ops = ops
         self.queue = queue
         self.state = state
         self.total = total
 
     def count(self) -> int:
-        return self.total if self.total is not None else self.inspector.count(self.queue, self.state)
+        return self.total if self.total is not None else self.ops.count(self.queue, self.state)
 
     def __getitem__(self, bounds: slice) -> list[TaskInfo]:
         start, stop = bounds.start or 0, bounds.stop
-        return self.inspector.list_tasks(self.queue, self.state, offset=start, limit=max(stop - start, 0))
+        return self.ops.list_tasks(self.queue, self.state, offset=start, limit=max(stop - start, 0))
 
 
 @live_view()
-def task_list(
-    request: HttpRequest, model_admin: ModelAdmin, inspector: Inspector, state: str
-) -> HttpResponse:
+def task_list(request: HttpRequest, model_admin: ModelAdmin, ops: Operations, state: str) -> HttpResponse:
     try:
         task_state = TaskState(state)
     except ValueError:
         raise Http404(f"No state {state!r}.") from None
-    names = queue_names(inspector)
-    counts = {name: inspector.count(name, task_state) for name in names}
+    names = ops.queues()
+    counts = {name: ops.count(name, task_state) for name in names}
     queue = request.GET.get("queue")
     if queue not in counts:
         queue = next((name for name in names if counts[name]), names[0])
@@ -89,7 +77,7 @@ def task_list(
     task_id = request.GET.get("id", "").strip()
     if task_id:
         try:
-            found = inspector.get_task(task_id)
+            found = ops.live_task(task_id)
         except TaskNotFound:
             messages.warning(request, f"No task with id {task_id!r} in any queue.")
         else:
@@ -97,9 +85,9 @@ def task_list(
 
     name = request.GET.get("name", "").strip()
     if name:
-        object_list: Any = inspector.search_by_name(queue, task_state, name, scan=NAME_SEARCH_SCAN)
+        object_list: Any = ops.search_by_name(queue, task_state, name, scan=NAME_SEARCH_SCAN)
     else:
-        object_list = TaskList(inspector, queue, task_state, total=counts[queue])
+        object_list = TaskList(ops, queue, task_state, total=counts[queue])
     page = Paginator(object_list, PER_PAGE).get_page(request.GET.get("page"))
     base_query = {"queue": queue, "name": name}
 
@@ -134,10 +122,8 @@ def task_list(
         ],
         rows=[task_row(model_admin, task) for task in page.object_list],
         time_label=STATE_TIME_LABELS.get(task_state),
-        actions=[ACTIONS[action] for action in STATE_ACTIONS.get(task_state, ())],
-        bulk_actions=[
-            ACTIONS[action] for action in STATE_ACTIONS.get(task_state, ()) if ACTIONS[action].bulk
-        ],
+        actions=offers(task_state),
+        bulk_actions=offers(task_state, bulk=True),
         action_url=admin_url(model_admin, "task_action"),
         here=request.get_full_path(),
     )
@@ -152,10 +138,10 @@ def task_row(model_admin: ModelAdmin, task: TaskInfo) -> dict[str, Any]:
         "task": message.task if message else None,
         "args": shorten(json.dumps([message.args, message.kwargs])[1:-1]) if message else None,
         "priority": message.priority if message else None,
-        "enqueued_at": as_datetime(message.enqueued_at) if message else None,
+        "enqueued_at": django_datetime(message.enqueued_at) if message else None,
         "retried": task.retried,
         "error": shorten(task.last_error),
-        "at": as_datetime(task.score_at),
+        "at": django_datetime(task.score_at),
         "owner": task.owner,
     }
 
@@ -167,19 +153,17 @@ def shorten(text: str | None, width: int = 80) -> str | None:
 
 
 @live_view()
-def task_detail(
-    request: HttpRequest, model_admin: ModelAdmin, inspector: Inspector, task_id: str
-) -> HttpResponse:
+def task_detail(request: HttpRequest, model_admin: ModelAdmin, ops: Operations, task_id: str) -> HttpResponse:
     queue = request.GET.get("queue") or None
     try:
-        task = inspector.get_task(task_id, queue=queue)
+        task = ops.live_task(task_id, queue=queue)
     except TaskNotFound:
         if queue is None:
-            return not_found(request, model_admin, task_id)
+            return not_found(request, model_admin, ops, task_id)
         try:  # the queue in the link may be stale; the id is enough
-            task = inspector.get_task(task_id)
+            task = ops.live_task(task_id)
         except TaskNotFound:
-            return not_found(request, model_admin, task_id)
+            return not_found(request, model_admin, ops, task_id)
     message = task.message
     info = task.info
     context = page_context(
@@ -191,7 +175,7 @@ def task_detail(
         message=message,
         list_url=admin_url(model_admin, "tasks", task.state, query={"queue": task.queue}),
         time_label=STATE_TIME_LABELS.get(task.state),
-        at=as_datetime(task.score_at),
+        at=django_datetime(task.score_at),
         args=json.dumps(message.args, indent=2, ensure_ascii=False) if message else None,
         kwargs=json.dumps(message.kwargs, indent=2, ensure_ascii=False) if message else None,
         options=task_options(message) if message else [],
@@ -208,7 +192,7 @@ def task_detail(
         # a waiting workflow's running children (TaskInfo.children), or those its info lists
         children=read_children(model_admin, list(getattr(task, "children", [])) or info.get("children")),
         workflow=sorted((getattr(task, "workflow", None) or {}).items()),
-        actions=[ACTIONS[action] for action in STATE_ACTIONS.get(task.state, ())],
+        actions=offers(task.state),
         action_url=admin_url(model_admin, "task_action"),
         here=request.get_full_path(),
     )
@@ -220,17 +204,17 @@ def task_options(message: Any) -> list[tuple[str, Any]]:
     for name in OPTION_FIELDS:
         value = getattr(message, name)
         if name in TIME_OPTIONS:
-            value = as_datetime(value) if value else None
+            value = django_datetime(value) if value else None
         elif name in SECONDS_OPTIONS and value is not None:
-            value = f"{value:g} s"
+            value = format_duration(value)
         options.append((name.replace("_", " "), value))
     return options
 
 
 def read_fact(key: str, value: Any) -> Any:
     """An attempt fact for display: times as datetimes, lists and objects as JSON."""
-    if key.endswith("_at") and as_datetime(value):
-        return as_datetime(value)
+    if key.endswith("_at") and (moment := django_datetime(value)):
+        return moment
     if isinstance(value, list | dict):
         return json.dumps(value, ensure_ascii=False)
     return value
@@ -284,11 +268,11 @@ def read_children(model_admin: ModelAdmin, children: Any) -> list[dict[str, Any]
     return read
 
 
-def not_found(request: HttpRequest, model_admin: ModelAdmin, task_id: str) -> HttpResponse:
+def not_found(request: HttpRequest, model_admin: ModelAdmin, ops: Operations, task_id: str) -> HttpResponse:
     """Say the task is not in Redis, linking to its finished record if the mirror has one."""
     finished_url = None
-    if has_permission(request.user, VIEW_HISTORY):
-        finished = FinishedTask.objects.filter(task_id=task_id).only("task_id").first()
+    if ops.allows(VIEW_HISTORY):
+        finished = ops.finished_tasks().filter(task_id=task_id).only("task_id").first()
         if finished is not None:
             try:
                 finished_url = reverse(

@@ -11,16 +11,17 @@ from django.urls import URLPattern, path, register_converter
 from django.urls.converters import get_converters
 
 from .actions import queue_action, task_action
-from .common import TaskIdConverter, url_name
+from .bulk import bulk_carry_on, bulk_progress
+from .common import SegmentConverter, url_name
 from .dashboard import dashboard
 from .tasks import task_detail, task_list
 
-if "rtq_task_id" not in get_converters():
-    register_converter(TaskIdConverter, "rtq_task_id")
+if "rtq_segment" not in get_converters():
+    register_converter(SegmentConverter, "rtq_segment")
 
 
 def live_urlpatterns(model_admin: ModelAdmin) -> list[URLPattern]:
-    """Patterns for the dashboard, lists, task page and actions, behind the admin's login."""
+    """Patterns for the dashboard, lists, task page, actions and bulk progress, behind the admin's login."""
 
     def wrap(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
         def admin_view(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
@@ -32,7 +33,14 @@ def live_urlpatterns(model_admin: ModelAdmin) -> list[URLPattern]:
     return [
         path("", wrap(dashboard), name=url_name("dashboard")),
         path("tasks/<str:state>/", wrap(task_list), name=url_name("tasks")),
-        path("task/<rtq_task_id:task_id>/", wrap(task_detail), name=url_name("task")),
+        path("task/<rtq_segment:task_id>/", wrap(task_detail), name=url_name("task")),
         path("actions/tasks/", wrap(task_action), name=url_name("task_action")),
         path("actions/queue/", wrap(queue_action), name=url_name("queue_action")),
+        # before the progress page: a queue name may hold "/", so its pattern would match this too
+        path(
+            "bulk/<rtq_segment:queue>/<str:job_id>/carry-on/",
+            wrap(bulk_carry_on),
+            name=url_name("bulk_carry_on"),
+        ),
+        path("bulk/<rtq_segment:queue>/<str:job_id>/", wrap(bulk_progress), name=url_name("bulk")),
     ]

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from rest_framework import exceptions, status
 
-from ..exceptions import BrokerUnavailable, InvalidStateTransition, TaskNotFound
+from ..exceptions import (
+    BrokerUnavailable,
+    BulkJobNotFound,
+    InvalidStateTransition,
+    QueueNotFound,
+    TaskNotFound,
+)
 
 
 class Conflict(exceptions.APIException):
@@ -25,7 +31,7 @@ class ServiceUnavailable(exceptions.APIException):
 
 def translate(exc: Exception) -> Exception:
     """Return the API error for a django-rtq error, or `exc` itself."""
-    if isinstance(exc, TaskNotFound):
+    if isinstance(exc, TaskNotFound | QueueNotFound | BulkJobNotFound):
         return exceptions.NotFound(str(exc))
     if isinstance(exc, InvalidStateTransition):
         return Conflict(str(exc))

@@ -9,7 +9,7 @@ from django.core.validators import RegexValidator
 from rest_framework import serializers
 
 from ..broker.message import MAX_PRIORITY, MIN_PRIORITY
-from ..broker.states import TaskState
+from ..broker.states import ACTION_STATES, BULK_ACTIONS, Action, TaskState
 from ..models import FinishedTask
 from ..registry import TASK_ID_PATTERN, TASK_ID_RULE
 
@@ -23,6 +23,14 @@ MAX_DELAY_SECONDS = 10 * 365 * 24 * 3600.0
 MAX_HISTORY_DAYS = 90
 
 STATE_CHOICES = [state.value for state in TaskState]
+BULK_ACTION_CHOICES = [action.value for action in BULK_ACTIONS]
+
+
+class TaskStateField(serializers.ChoiceField):
+    """A task's state: the schema shows each one as the same `TaskStateEnum` (see schema.py)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(choices=STATE_CHOICES, **kwargs)
 
 
 # Requests
@@ -98,6 +106,33 @@ class QueueQuerySerializer(serializers.Serializer):
     days = serializers.IntegerField(required=False, min_value=1, max_value=MAX_HISTORY_DAYS, default=7)
 
 
+class BulkActionSerializer(serializers.Serializer):
+    """The body of an action on every task of a state of a queue."""
+
+    action = serializers.ChoiceField(
+        choices=BULK_ACTION_CHOICES,
+        error_messages={
+            "invalid_choice": f'"{{input}}" is no action on a whole state: expected one of '
+            f"{', '.join(BULK_ACTION_CHOICES)} (cancel is by task only)."
+        },
+    )
+    state = TaskStateField(
+        help_text="; ".join(
+            f"{action} applies to {', '.join(ACTION_STATES[action])}" for action in BULK_ACTIONS
+        )
+        + ".",
+    )
+
+    def validate(self, data: dict[str, Any]) -> dict[str, Any]:
+        action, state = Action(data["action"]), TaskState(data["state"])
+        allowed = ACTION_STATES[action]
+        if state not in allowed:
+            raise serializers.ValidationError(
+                {"state": [f"{action} applies to {', '.join(allowed)} tasks, not {state}."]}
+            )
+        return {"action": action, "state": state}
+
+
 # Responses
 
 
@@ -154,6 +189,27 @@ class CancelledSerializer(serializers.Serializer):
     id = serializers.CharField()
     queue = serializers.CharField()
     listeners = serializers.IntegerField(help_text="Workers that heard the request.")
+
+
+class BulkJobSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    queue = serializers.CharField()
+    action = serializers.ChoiceField(choices=BULK_ACTION_CHOICES)
+    states = serializers.ListField(child=TaskStateField(), help_text="Worked through in this order.")
+    current_state = TaskStateField(
+        allow_null=True, help_text="The state being worked on; null once finished."
+    )
+    done = serializers.IntegerField(help_text="Tasks the action moved so far.")
+    skipped = serializers.IntegerField(help_text="Tasks left in place: workflows, which cannot run again.")
+    total = serializers.IntegerField(
+        help_text="Tasks the job expects to act on: each state's size when the job reached it."
+    )
+    percent = serializers.IntegerField(min_value=0, max_value=100)
+    finished = serializers.BooleanField()
+    started_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+    started_by = serializers.CharField(allow_blank=True, help_text="Who started it; empty for code.")
+    url = serializers.URLField(help_text="Where to follow its progress.")
 
 
 class QueueSerializer(serializers.Serializer):

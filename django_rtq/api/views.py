@@ -1,12 +1,16 @@
-"""The API's views: enqueue exposed task types, look at and act on tasks, queues and workers."""
+"""The API's views: enqueue exposed task types, look at and act on tasks, queues and workers.
+
+Each view translates the request into calls of the operations layer (`self.ops`, see base.py)
+and their results into JSON: which states an action applies to and where a task is looked for
+are decided there, who may make the request by the API's permission classes.
+"""
 
 from __future__ import annotations
 
 import inspect
 from typing import Any
 
-from django.urls import include, path, reverse
-from drf_spectacular.openapi import AutoSchema
+from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework import status
 from rest_framework.exceptions import NotFound, ValidationError
@@ -16,78 +20,29 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from .. import __version__
-from ..broker.states import TaskState
+from ..broker.inspect import TaskInfo
+from ..broker.states import ACTION_STATES, Action, TaskState
 from ..conf import get_settings
-from ..connection import get_inspector
-from ..exceptions import DuplicateTask, InvalidStateTransition, InvalidTask, TaskIdConflict
-from ..models import FinishedTask
+from ..exceptions import DuplicateTask, InvalidTask, TaskIdConflict
+from ..formats import utc_datetime
+from ..operations import ActionReport
 from ..permissions import API_PERMISSIONS, CHANGE_LIVE, ENQUEUE, VIEW_HISTORY, VIEW_LIVE
-from ..registry import TaskType, get_task_type, registered_tasks
+from ..registry import TaskType
 from . import serializers as s
 from .arguments import argument_errors
-from .exceptions import Conflict, translate
-from .lookup import as_datetime, find_task, live_task_data
+from .base import APIBase
+from .exceptions import Conflict
 from .pagination import page_bounds, page_data
-from .parsers import BoundedJSONParser, check_json_body
 from .permissions import ConfiguredAccessMixin
-from .schema import CONFLICT, INVALID, NOT_FOUND, documented
-
-#: The states each manual action applies to (the inspector's scripts skip the others).
-RUN_FROM = (TaskState.SCHEDULED, TaskState.RETRY, TaskState.ARCHIVED)
-ARCHIVE_FROM = (TaskState.PENDING, TaskState.SCHEDULED, TaskState.RETRY)
-DELETE_FROM = (
-    TaskState.PENDING,
-    TaskState.SCHEDULED,
-    TaskState.RETRY,
-    TaskState.ARCHIVED,
-    TaskState.COMPLETED,
-    TaskState.WAITING,  # a workflow: cancelled first, then deleted
-)
-#: Cancel stops an active task, or a waiting workflow.
-CANCEL_FROM = (TaskState.ACTIVE, TaskState.WAITING)
-
-
-class APIBase(ConfiguredAccessMixin, APIView):
-    # JSON in and out, access from the RTQ settings, django-rtq's errors as HTTP errors. (No
-    # docstrings on the views: drf-spectacular would show them as operation descriptions.)
-
-    schema = AutoSchema()
-    parser_classes = [BoundedJSONParser]
-    renderer_classes = [JSONRenderer]  # the browsable API would need "rest_framework" installed
-    #: What `RTQPermissions` (the default permission class) asks of the user; None: no one.
-    required_permission: str | tuple[str, ...] | None = None
-
-    def object_permission(self, obj: Any) -> str | None:
-        """The permission an object the view found needs besides `required_permission`."""
-        return None
-
-    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        super().initial(request, *args, **kwargs)  # authenticated and allowed first
-        if request.method == "POST" and hasattr(self, "post"):
-            check_json_body(request)
-
-    def handle_exception(self, exc: Exception) -> Response:
-        return super().handle_exception(translate(exc))
-
-    def query(self, serializer_class: type[s.serializers.Serializer]) -> dict[str, Any]:
-        serializer = serializer_class(data=self.request.query_params)
-        serializer.is_valid(raise_exception=True)
-        return serializer.validated_data
-
-    def url(self, name: str, **kwargs: Any) -> str:
-        namespace = self.request.resolver_match.namespace if self.request.resolver_match else "rtq_api"
-        return self.request.build_absolute_uri(reverse(f"{namespace}:{name}", kwargs=kwargs))
-
+from .schema import CONFLICT, INVALID, LOCATION, NOT_FOUND, documented
+from .task_data import live_task_data, task_data
 
 # Task types and enqueueing
 
 
-def exposed_task_type(name: str) -> TaskType:
-    """The exposed task type of that name; the same 404 whether it is unknown or not exposed."""
-    task_type = get_task_type(name)
-    if task_type is None or not task_type.exposed:
-        raise NotFound(f"No task type named {name!r} is exposed.")
-    return task_type
+def task_queue(task_type: TaskType) -> str:
+    """The queue a task type is enqueued to unless told otherwise."""
+    return task_type.options.get("queue") or get_settings().DEFAULT_QUEUE
 
 
 def describe_parameters(task_type: TaskType) -> list[dict[str, Any]]:
@@ -110,15 +65,14 @@ class TaskTypeListView(APIBase):
         responses={200: s.TaskTypeSerializer(many=True)},
     )
     def get(self, request: Request) -> Response:
-        types = sorted((t for t in registered_tasks().values() if t.exposed), key=lambda t: t.name)
         data = [
             {
                 "name": t.name,
-                "queue": t.options.get("queue") or get_settings().DEFAULT_QUEUE,
+                "queue": task_queue(t),
                 "parameters": describe_parameters(t),
                 "doc": inspect.getdoc(t.func),
             }
-            for t in types
+            for t in self.ops.exposed_task_types()
         ]
         return Response(s.TaskTypeSerializer(data, many=True).data)
 
@@ -129,22 +83,22 @@ class EnqueueView(APIBase):
     @documented(
         operation_id="enqueue_task",
         summary="Enqueue a task of an exposed type",
+        parameters=[LOCATION],
         request=s.EnqueueSerializer,
         responses={201: s.EnqueuedSerializer, 400: INVALID, 404: NOT_FOUND, 409: CONFLICT},
     )
     def post(self, request: Request, name: str) -> Response:
-        task_type = exposed_task_type(name)
-        conf = get_settings()
-        queues = list(dict.fromkeys([*conf.QUEUES, task_type.options.get("queue") or conf.DEFAULT_QUEUE]))
+        task_type = self.ops.exposed_task_type(name)
+        queues = list(dict.fromkeys([*self.ops.queues(), task_queue(task_type)]))
         serializer = s.EnqueueSerializer(data=request.data, context={"queues": queues})
         serializer.is_valid(raise_exception=True)
-        data = dict(serializer.validated_data)
-        args, kwargs = data.pop("args"), data.pop("kwargs")
+        options = dict(serializer.validated_data)
+        args, kwargs = options.pop("args"), options.pop("kwargs")
         errors = argument_errors(task_type.func, args, kwargs)
         if errors:
             raise ValidationError(errors)
         try:
-            message = task_type.using(**data).enqueue(*args, **kwargs)
+            message = self.ops.enqueue(task_type, args, kwargs, **options)
         except InvalidTask as exc:
             raise ValidationError({"non_field_errors": [str(exc)]}) from None
         except (TaskIdConflict, DuplicateTask) as exc:
@@ -155,7 +109,7 @@ class EnqueueView(APIBase):
             "task": message.task,
             "queue": message.queue,
             "state": TaskState.SCHEDULED if message.process_at else TaskState.PENDING,
-            "process_at": as_datetime(message.process_at),
+            "process_at": utc_datetime(message.process_at),
             "url": url,
         }
         return Response(
@@ -170,7 +124,7 @@ class TaskDetailView(APIBase):
     required_permission = VIEW_LIVE
 
     def object_permission(self, obj: Any) -> str | None:
-        return None if obj["live"] else VIEW_HISTORY  # a finished task is history
+        return None if isinstance(obj, TaskInfo) else VIEW_HISTORY  # a finished task is history
 
     @documented(
         operation_id="get_task",
@@ -180,30 +134,31 @@ class TaskDetailView(APIBase):
     )
     def get(self, request: Request, task_id: str) -> Response:
         queue = self.query(s.TaskQuerySerializer).get("queue")
-        data = find_task(task_id, queue)
-        self.check_object_permissions(request, data)
-        return Response(s.TaskSerializer(data).data)
+        task = self.ops.find_task(task_id, queue)  # a TaskInfo, or a FinishedTask row
+        self.check_object_permissions(request, task)
+        return Response(s.TaskSerializer(task_data(task)).data)
+
+
+def applies_to(action: Action) -> str:
+    """The states an action applies to, for people: "a scheduled, retry or archived"."""
+    states = list(ACTION_STATES[action])
+    listed = ", ".join(states[:-1]) + f" or {states[-1]}" if len(states) > 1 else states[0]
+    return ("an " if listed[0] in "aeiou" else "a ") + listed
 
 
 class TaskActionView(APIBase):
-    # Acts on one live task by hand; each subclass is one action.
+    # One manual action on one live task; each subclass is one action.
 
     required_permission = CHANGE_LIVE
-    allowed: tuple[TaskState, ...] = ()
+    action: Action
 
-    def live_task(self, task_id: str) -> Any:
+    def act(self, task_id: str) -> ActionReport:
         queue = self.query(s.TaskQuerySerializer).get("queue")
-        task = get_inspector().get_task(task_id, queue)
-        if task.state not in self.allowed:
-            raise InvalidStateTransition(
-                f"Task {task_id!r} is {task.state}; this applies to tasks in {', '.join(self.allowed)}."
-            )
-        return task
+        return self.ops.act_on_one(self.action, task_id, queue)
 
-    def moved(self, count: int, task: Any) -> Response:
-        if count == 0:  # it changed state meanwhile
-            raise Conflict(f"Task {task.id!r} is no longer in a state this applies to.")
-        return Response(s.TaskSerializer(live_task_data(get_inspector().get_task(task.id, task.queue))).data)
+    def task_now(self, report: ActionReport) -> Response:
+        [ref] = report.acted
+        return Response(s.TaskSerializer(live_task_data(self.ops.live_task(ref.id, ref.queue))).data)
 
 
 ACTION_DOC = {
@@ -214,44 +169,41 @@ ACTION_DOC = {
 
 
 class TaskRunView(TaskActionView):
-    allowed = RUN_FROM
+    action = Action.RUN
 
-    @documented(operation_id="run_task", summary="Run a scheduled, retry or archived task now", **ACTION_DOC)
+    @documented(operation_id="run_task", summary=f"Run {applies_to(Action.RUN)} task now", **ACTION_DOC)
     def post(self, request: Request, task_id: str) -> Response:
-        task = self.live_task(task_id)
-        return self.moved(get_inspector().run_now(task.queue, [task.id]), task)
+        return self.task_now(self.act(task_id))
 
 
 class TaskArchiveView(TaskActionView):
-    allowed = ARCHIVE_FROM
+    action = Action.ARCHIVE
 
     @documented(
-        operation_id="archive_task", summary="Archive a pending, scheduled or retry task", **ACTION_DOC
+        operation_id="archive_task", summary=f"Archive {applies_to(Action.ARCHIVE)} task", **ACTION_DOC
     )
     def post(self, request: Request, task_id: str) -> Response:
-        task = self.live_task(task_id)
-        return self.moved(get_inspector().archive(task.queue, [task.id]), task)
+        return self.task_now(self.act(task_id))
 
 
 class TaskDeleteView(TaskActionView):
-    allowed = DELETE_FROM
+    action = Action.DELETE
 
     @documented(
         operation_id="delete_task",
-        summary="Delete a task that is not active",
+        summary=f"Delete {applies_to(Action.DELETE)} task",
+        description="Delete a task that is not active; a waiting workflow is cancelled first.",
         parameters=[s.TaskQuerySerializer],
         request=None,
         responses={204: None, 400: INVALID, 404: NOT_FOUND, 409: CONFLICT},
     )
     def post(self, request: Request, task_id: str) -> Response:
-        task = self.live_task(task_id)
-        if get_inspector().delete(task.queue, [task.id]) == 0:
-            raise Conflict(f"Task {task.id!r} is no longer in a state this applies to.")
+        self.act(task_id)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class TaskCancelView(TaskActionView):
-    allowed = CANCEL_FROM
+    action = Action.CANCEL
 
     @documented(
         operation_id="cancel_task",
@@ -261,26 +213,25 @@ class TaskCancelView(TaskActionView):
         responses={202: s.CancelledSerializer, 400: INVALID, 404: NOT_FOUND, 409: CONFLICT},
     )
     def post(self, request: Request, task_id: str) -> Response:
-        task = self.live_task(task_id)
-        listeners = get_inspector().cancel(task.id)
-        if listeners == 0:
-            raise Conflict(f"No worker is listening, so task {task.id!r} was not cancelled.")
-        body = {"id": task.id, "queue": task.queue, "listeners": listeners}
+        report = self.act(task_id)
+        [ref] = report.acted
+        body = {"id": ref.id, "queue": ref.queue, "listeners": report.listeners}
         return Response(s.CancelledSerializer(body).data, status=status.HTTP_202_ACCEPTED)
 
 
 # Queues
 
 
-def known_queue(name: str) -> str:
-    """The queue, if it is configured or was ever enqueued to; 404 otherwise."""
-    if name not in get_settings().QUEUES and name not in get_inspector().queues():
-        raise NotFound(f"No queue named {name!r}.")
-    return name
+class QueueView(APIBase):
+    # A view of one queue: its stats and history as the answer.
 
-
-def queue_names() -> list[str]:
-    return sorted(set(get_settings().QUEUES) | set(get_inspector().queues()))
+    def queue_detail(self, queue: str, days: int = 7) -> dict[str, Any]:
+        data = dict(s.QueueSerializer(self.ops.queue_stats(queue)).data)
+        data["history"] = [
+            {"day": day, "processed": processed, "failed": failed}
+            for day, processed, failed in self.ops.history(queue, days)
+        ]
+        return s.QueueDetailSerializer(data).data
 
 
 class QueueListView(APIBase):
@@ -292,12 +243,11 @@ class QueueListView(APIBase):
         responses={200: s.QueueSerializer(many=True)},
     )
     def get(self, request: Request) -> Response:
-        inspector = get_inspector()
-        stats = [inspector.queue_stats(name) for name in queue_names()]
+        stats = [self.ops.queue_stats(name) for name in self.ops.queues()]
         return Response(s.QueueSerializer(stats, many=True).data)
 
 
-class QueueDetailView(APIBase):
+class QueueDetailView(QueueView):
     required_permission = VIEW_LIVE
 
     @documented(
@@ -308,20 +258,10 @@ class QueueDetailView(APIBase):
     )
     def get(self, request: Request, queue: str) -> Response:
         days = self.query(s.QueueQuerySerializer)["days"]
-        return Response(queue_detail(known_queue(queue), days))
+        return Response(self.queue_detail(self.ops.check_queue(queue), days))
 
 
-def queue_detail(queue: str, days: int = 7) -> dict[str, Any]:
-    inspector = get_inspector()
-    data = dict(s.QueueSerializer(inspector.queue_stats(queue)).data)
-    data["history"] = [
-        {"day": day, "processed": processed, "failed": failed}
-        for day, processed, failed in inspector.history(queue, days)
-    ]
-    return s.QueueDetailSerializer(data).data
-
-
-class QueuePauseView(APIBase):
+class QueuePauseView(QueueView):
     required_permission = CHANGE_LIVE
 
     @documented(
@@ -331,11 +271,11 @@ class QueuePauseView(APIBase):
         responses={200: s.QueueDetailSerializer, 404: NOT_FOUND},
     )
     def post(self, request: Request, queue: str) -> Response:
-        get_inspector().pause(known_queue(queue))
-        return Response(queue_detail(queue))
+        self.ops.pause(queue)
+        return Response(self.queue_detail(queue))
 
 
-class QueueResumeView(APIBase):
+class QueueResumeView(QueueView):
     required_permission = CHANGE_LIVE
 
     @documented(
@@ -345,8 +285,8 @@ class QueueResumeView(APIBase):
         responses={200: s.QueueDetailSerializer, 404: NOT_FOUND},
     )
     def post(self, request: Request, queue: str) -> Response:
-        get_inspector().resume(known_queue(queue))
-        return Response(queue_detail(queue))
+        self.ops.resume(queue)
+        return Response(self.queue_detail(queue))
 
 
 class QueueTasksView(APIBase):
@@ -361,13 +301,12 @@ class QueueTasksView(APIBase):
         responses={200: s.TaskPageSerializer, 400: INVALID, 404: NOT_FOUND},
     )
     def get(self, request: Request, queue: str) -> Response:
-        known_queue(queue)
+        self.ops.check_queue(queue)
         query = self.query(s.TaskListQuerySerializer)
         offset, limit = page_bounds(query)
-        inspector = get_inspector()
-        count = inspector.count(queue, query["state"])
+        count = self.ops.count(queue, query["state"])
         tasks = (
-            inspector.list_tasks(queue, query["state"], offset=offset, limit=limit) if offset < count else []
+            self.ops.list_tasks(queue, query["state"], offset=offset, limit=limit) if offset < count else []
         )
         results = s.TaskSerializer([live_task_data(task) for task in tasks], many=True).data
         return Response(page_data(request, count=count, offset=offset, limit=limit, results=results))
@@ -385,7 +324,7 @@ class WorkerListView(APIBase):
         responses={200: s.WorkerSerializer(many=True)},
     )
     def get(self, request: Request) -> Response:
-        return Response(s.WorkerSerializer(get_inspector().workers(), many=True).data)
+        return Response(s.WorkerSerializer(self.ops.workers(), many=True).data)
 
 
 class FinishedTaskListView(APIBase):
@@ -400,7 +339,7 @@ class FinishedTaskListView(APIBase):
     def get(self, request: Request) -> Response:
         query = self.query(s.FinishedQuerySerializer)
         offset, limit = page_bounds(query)
-        rows = FinishedTask.objects.using(get_settings().MIRROR_DATABASE).order_by("-finished_at", "task_id")
+        rows = self.ops.finished_tasks().order_by("-finished_at", "task_id")
         for name in ("status", "queue", "task_name"):
             if name in query:
                 rows = rows.filter(**{name: query[name]})
@@ -430,11 +369,10 @@ class SchemaView(ConfiguredAccessMixin, SpectacularAPIView):
     }
 
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        from .urls import api_urlpatterns
-
+        api_routes = self.patterns  # urls.py gives them: as_view(patterns=routes.api_urlpatterns)
         route = request.resolver_match.route if request.resolver_match else ""
         prefix = route.removesuffix("schema/") if route.endswith("schema/") else ""
-        self.patterns = [path(prefix, include((api_urlpatterns, "rtq_api")))]
+        self.patterns = [path(prefix, include((api_routes, "rtq_api")))]
         return super().get(request, *args, **kwargs)
 
     def handle_exception(self, exc: Exception) -> Response:

@@ -1,46 +1,27 @@
-"""The inspector: read queues and tasks in every state, and act on them by hand.
+"""The inspector: read queues and tasks in every state (manual actions are in manual.py).
 
-The admin, the API and the management commands all go through it; it is not on the hot path.
+django_rtq.operations reads through it for every surface; it is not on the hot path.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ..exceptions import InvalidStateTransition, TaskNotFound
+from ..exceptions import TaskNotFound
 from .broker import Broker, translate_errors, utc_day
 from .message import TaskMessage
 from .states import TaskState
-from .workflow import WORKFLOW_TASKS, cancel_workflow
 
 logger = logging.getLogger(__name__)
 
-#: The error type of a task or workflow archived, deleted or cancelled by hand.
-CANCELLED = "django_rtq.exceptions.TaskCancelled"
-#: The reasons recorded in the info of tasks ended by hand (their error, in the ORM mirror too).
-ARCHIVED_BY_HAND = "archived by hand"
-DELETED_BY_HAND = "deleted by hand"
-#: Tasks moved per script call when acting on a whole state of a queue.
-BULK_PAGE = 500
 #: Tasks a search by task name looks at, from the start of a list (bounded: a list may hold millions).
 NAME_SEARCH_SCAN = 1000
 #: States whose lists show the newest first.
 NEWEST_FIRST = (TaskState.ARCHIVED, TaskState.COMPLETED)
-#: The states `purge` empties, upstream ones first (active tasks are left to their worker):
-#: waiting workflows first, so that they start no more children.
-PURGE_ORDER = (
-    TaskState.WAITING,
-    TaskState.SCHEDULED,
-    TaskState.RETRY,
-    TaskState.PENDING,
-    TaskState.ARCHIVED,
-    TaskState.COMPLETED,
-)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -184,12 +165,6 @@ class Inspector:
             values = pipe.execute()
         return [(day, int(values[2 * i] or 0), int(values[2 * i + 1] or 0)) for i, day in enumerate(dates)]
 
-    def pause(self, queue: str) -> None:
-        self.broker.pause(queue)
-
-    def resume(self, queue: str) -> None:
-        self.broker.resume(queue)
-
     def workers(self) -> list[dict[str, Any]]:
         return self.broker.workers()
 
@@ -251,6 +226,21 @@ class Inspector:
             return self._load(name, TaskState(state), [(task_id, score)])[0]
         raise TaskNotFound(f"No task with id {task_id!r}" + (f" in queue {queue!r}." if queue else "."))
 
+    def locate(self, task_ids: list[str], queue: str | None = None) -> dict[str, tuple[str, TaskState]]:
+        """Return {id: (queue, state)} for the ids found, in `queue` or in every known queue:
+        one round trip per queue searched."""
+        found: dict[str, tuple[str, TaskState]] = {}
+        for name in [queue] if queue else self.queues():
+            todo = [task_id for task_id in task_ids if task_id not in found]
+            if not todo:
+                break
+            with translate_errors():
+                states = self.client.hmget(self.broker.queue(name).state, todo)
+            for task_id, state in zip(todo, states, strict=True):
+                if state in _STATE_NAMES:
+                    found[task_id] = (name, TaskState(state))
+        return found
+
     def _load(
         self, queue: str, state: TaskState, ids_scores: list[tuple[str, float | None]]
     ) -> list[TaskInfo]:
@@ -295,218 +285,8 @@ class Inspector:
             )
         return tasks
 
-    # Acting on tasks
 
-    def run_now(self, queue: str, task_ids: list[str]) -> int:
-        """Move scheduled, retry or archived tasks to pending; return how many moved.
-
-        A workflow is not a runnable task, and a finished one cannot run again: given alone,
-        it raises InvalidStateTransition; among other tasks, it is skipped (and not counted).
-        """
-        if not task_ids:
-            return 0
-        workflows = self._workflow_ids(queue, task_ids)
-        if workflows and len(task_ids) == 1:
-            raise InvalidStateTransition(
-                f"Task {task_ids[0]!r} is a workflow, and a finished workflow cannot be run again: "
-                "enqueue it anew."
-            )
-        return self._run_now(queue, [task_id for task_id in task_ids if task_id not in workflows])
-
-    def _run_now(self, queue: str, task_ids: list[str]) -> int:
-        qk = self.broker.queue(queue)
-        keys = [qk.state, qk.priority, qk.pending, qk.seq, qk.scheduled, qk.retry, qk.archived, qk.msg]
-        return self.broker.run_script("run_now", keys, [qk.wake_channel, *task_ids]) if task_ids else 0
-
-    def archive(self, queue: str, task_ids: list[str], *, reason: str = ARCHIVED_BY_HAND) -> int:
-        """Archive pending, scheduled or retry tasks; return how many moved.
-
-        `reason` is recorded as their error (a `TaskCancelled`); each one's record goes to the
-        ORM mirror (when mirroring), and a workflow's child fails its workflow.
-        """
-        if not task_ids:
-            return 0
-        qk = self.broker.queue(queue)
-        keys = [
-            qk.state, qk.pending, qk.scheduled, qk.retry, qk.archived, qk.msg, qk.commands,
-            qk.command, qk.info, qk.progress, qk.finished,
-        ]  # fmt: skip
-        args = [
-            self.broker.now_ms(),
-            int(self.broker.mirror),
-            CANCELLED,
-            reason,
-            *self._with_unique_keys(queue, task_ids, keys),
-        ]
-        return self.broker.run_script("archive_tasks", keys, args)
-
-    def delete(self, queue: str, task_ids: list[str]) -> int:
-        """Delete tasks in any state but active; return how many were deleted.
-
-        A waiting workflow is cancelled first (its children that have not started are
-        archived, its own workflow fails). A task that had not finished (pending, scheduled,
-        retry) ends as one archived by hand would, with the reason "deleted by hand": its
-        record goes to the ORM mirror (when mirroring), and a workflow's child fails its
-        workflow. Then it is gone.
-        """
-        if not task_ids:
-            return 0
-        qk = self.broker.queue(queue)
-        with translate_errors():
-            states = self.client.hmget(qk.state, task_ids)
-        for task_id, state in zip(task_ids, states, strict=True):
-            if state == TaskState.WAITING:
-                cancel_workflow(self.broker, queue, task_id, error_type=CANCELLED, message=DELETED_BY_HAND)
-        keys = [
-            qk.msg, qk.state, qk.info, qk.result, qk.priority, qk.pending, qk.scheduled, qk.retry,
-            qk.archived, qk.completed, qk.progress, qk.runs, qk.finished, qk.commands, qk.command,
-        ]  # fmt: skip
-        args = [
-            self.broker.now_ms(),
-            int(self.broker.mirror),
-            CANCELLED,
-            DELETED_BY_HAND,
-            *self._with_unique_keys(queue, task_ids, keys),
-        ]
-        return self.broker.run_script("delete_tasks", keys, args)
-
-    def run_all(self, queue: str, state: TaskState | str) -> int:
-        """Run every task of a state now; return how many moved. Workflows are skipped (a
-        finished workflow cannot run again) and left where they are; how many is logged."""
-        skipped = 0
-
-        def workflows(queue: str, task_ids: list[str]) -> set[str]:
-            nonlocal skipped
-            found = self._workflow_ids(queue, task_ids)
-            skipped += len(found)
-            return found
-
-        moved = self._bulk(
-            queue,
-            state,
-            self._run_now,
-            allowed=(TaskState.SCHEDULED, TaskState.RETRY, TaskState.ARCHIVED),
-            skip=workflows,
-        )
-        if skipped:
-            logger.warning(
-                "run all %s tasks of queue %r: %d workflows skipped (a finished workflow cannot be "
-                "run again; enqueue it anew)",
-                state,
-                queue,
-                skipped,
-            )
-        return moved
-
-    def archive_all(self, queue: str, state: TaskState | str) -> int:
-        return self._bulk(
-            queue,
-            state,
-            self.archive,
-            allowed=(TaskState.PENDING, TaskState.SCHEDULED, TaskState.RETRY),
-        )
-
-    def delete_all(self, queue: str, state: TaskState | str) -> int:
-        allowed = tuple(s for s in TaskState if s != TaskState.ACTIVE)
-        return self._bulk(queue, state, self.delete, allowed=allowed)
-
-    def purge(self, queue: str) -> dict[TaskState, int]:
-        """Delete every task of a queue but the active ones; return how many went from each state.
-
-        Waiting workflows go first, cancelled then deleted: their own workflows fail, and their
-        children in other queues are cancelled (a command). Then scheduled and retry tasks,
-        then pending: a task the forwarder moves to pending meanwhile is still caught. Tasks
-        that had not finished end as `delete` says. Each script call deletes one page of
-        `BULK_PAGE` tasks.
-        """
-        return {state: self.delete_all(queue, state) for state in PURGE_ORDER}
-
-    def cancel(self, task_id: str) -> int:
-        """Ask the worker running the task to stop it (it is archived); return listeners reached.
-
-        A waiting workflow is archived as cancelled at once, and its children that have not
-        started are archived by a worker soon after; returns 1 then.
-        """
-        for queue in self.queues():
-            with translate_errors():
-                state = self.client.hget(self.broker.queue(queue).state, task_id)
-            if state == TaskState.WAITING:
-                return int(
-                    cancel_workflow(
-                        self.broker,
-                        queue,
-                        task_id,
-                        error_type=CANCELLED,
-                        message="cancelled",
-                    )
-                )
-        return self.broker.request_cancel(task_id)
-
-    def _bulk(
-        self,
-        queue: str,
-        state: TaskState | str,
-        action: Callable[[str, list[str]], int],
-        *,
-        allowed: tuple[TaskState, ...],
-        skip: Callable[[str, list[str]], set[str]] | None = None,
-    ) -> int:
-        """Apply `action` to every task of a state, a page at a time; return how many it moved.
-        Tasks `skip` names are left in place, and paged over."""
-        state = TaskState(state)
-        if state not in allowed:
-            raise InvalidStateTransition(
-                f"That action applies to tasks in {', '.join(allowed)}, not {state}."
-            )
-        key = self.broker.queue(queue).state_set(state)
-        total = 0
-        kept = 0  # tasks skipped so far: the first ones of the list, as the others leave it
-        while True:
-            with translate_errors():
-                ids = self.client.zrange(key, kept, kept + BULK_PAGE - 1)
-            if not ids:
-                return total
-            skipped = skip(queue, ids) if skip else set()
-            todo = [task_id for task_id in ids if task_id not in skipped]
-            moved = action(queue, todo) if todo else 0
-            total += moved
-            kept += len(skipped)
-            if moved == 0 and not skipped:
-                return total
-
-    def _workflow_ids(self, queue: str, task_ids: list[str]) -> set[str]:
-        """The ids, among these, of workflows (see WORKFLOW_TASKS)."""
-        with translate_errors():
-            raws = self.client.hmget(self.broker.queue(queue).msg, task_ids)
-        found = set()
-        for task_id, raw in zip(task_ids, raws, strict=True):
-            try:
-                name = json.loads(raw).get("task") if raw else None
-            except (ValueError, AttributeError):
-                name = None
-            if name in WORKFLOW_TASKS:
-                found.add(task_id)
-        return found
-
-    def _with_unique_keys(self, queue: str, task_ids: list[str], keys: list[str]) -> list[Any]:
-        """Append each task's uniqueness lock to `keys`; return the (id, key index) arguments."""
-        if not task_ids:
-            return []
-        qk = self.broker.queue(queue)
-        with translate_errors():
-            raws = self.client.hmget(qk.msg, task_ids)
-        args: list[Any] = []
-        for task_id, raw in zip(task_ids, raws, strict=True):
-            index = 0
-            try:
-                unique_key = TaskMessage.from_json(raw).unique_key if raw else None
-            except ValueError:
-                unique_key = None
-            if unique_key:
-                keys.append(qk.unique(unique_key))
-                index = len(keys)
-            args += [task_id, index]
-        return args
+_STATE_NAMES = frozenset(TaskState)
 
 
 def _json(value: str | None) -> Any:

@@ -117,6 +117,13 @@ class QueueKeys:
     def progress(self) -> str:  # HASH id -> JSON {"done", "total"} a running task reported
         return self.prefix + "progress"
 
+    @property
+    def bulk(self) -> str:  # HASH job id -> JSON of an action on whole states (broker/bulk.py)
+        return self.prefix + "bulk"
+
+    def bulk_lock(self, job_id: str) -> str:  # STRING held by whoever is carrying a bulk job on
+        return f"{self.prefix}bulk_lock:{job_id}"
+
     # Workflows (django_rtq.workflows): a workflow lives in its queue like a task, in the
     # `waiting` state, with two keys of its own until it finishes.
     def workflow(self, workflow_id: str) -> str:  # HASH: kind, counters, children's specs

@@ -170,3 +170,9 @@ def child_notice(message: TaskMessage) -> str:
         }
     )
     return head[:-1] + ',"result":'
+
+
+#: A message's options: its fields besides what names the call (id, task, queue, arguments).
+OPTION_FIELDS = tuple(
+    f.name for f in fields(TaskMessage) if f.name not in ("id", "task", "queue", "args", "kwargs")
+)

@@ -15,5 +15,39 @@ class TaskState(enum.StrEnum):
     WAITING = "waiting"  # a workflow (chain, group, map/reduce, iterator) waiting for its children
 
 
-#: States from which a task can be run now, archived or deleted by hand.
-INSPECTABLE_STATES = (TaskState.SCHEDULED, TaskState.PENDING, TaskState.RETRY, TaskState.ARCHIVED)
+#: States a task ends in: kept for a while, then gone (or in the ORM mirror).
+FINISHED_STATES = (TaskState.ARCHIVED, TaskState.COMPLETED)
+
+
+class Action(enum.StrEnum):
+    """What a person can do to a task by hand (admin, API, commands)."""
+
+    RUN = "run"  # move to pending: run now
+    ARCHIVE = "archive"  # stop it from running; kept as archived, "archived by hand"
+    DELETE = "delete"  # gone, after it ended as archived would if it had not finished
+    CANCEL = "cancel"  # stop a running task (its worker archives it) or a waiting workflow
+
+
+#: The one table of which states each manual action applies to. The scripts receive these
+#: states and skip tasks in any other; every surface offers and checks actions from here.
+ACTION_STATES: dict[Action, tuple[TaskState, ...]] = {
+    Action.RUN: (TaskState.SCHEDULED, TaskState.RETRY, TaskState.ARCHIVED),
+    Action.ARCHIVE: (TaskState.PENDING, TaskState.SCHEDULED, TaskState.RETRY),
+    Action.DELETE: (
+        TaskState.PENDING,
+        TaskState.SCHEDULED,
+        TaskState.RETRY,
+        TaskState.ARCHIVED,
+        TaskState.COMPLETED,
+        TaskState.WAITING,  # a workflow: cancelled first, then deleted
+    ),
+    Action.CANCEL: (TaskState.ACTIVE, TaskState.WAITING),
+}
+#: Actions that can apply to every task of a state at once (in pages: see broker/bulk.py).
+#: Cancel is by id only: it reaches running tasks one worker at a time.
+BULK_ACTIONS = (Action.RUN, Action.ARCHIVE, Action.DELETE)
+
+
+def actions_for(state: TaskState) -> tuple[Action, ...]:
+    """The manual actions a task in `state` allows, in the table's order."""
+    return tuple(action for action, states in ACTION_STATES.items() if state in states)

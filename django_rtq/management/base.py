@@ -1,19 +1,21 @@
-"""What the inspecting commands share: --json, error messages, queue and state checks."""
+"""What the rtq_* commands share: Operations, --json, errors, argument checks, bulk progress."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable, Sequence
-from dataclasses import fields
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_rtq import get_inspector
-from django_rtq.broker import TaskMessage, TaskState
-from django_rtq.broker.inspect import Inspector, TaskInfo
-from django_rtq.conf import get_settings
-from django_rtq.exceptions import BrokerUnavailable, RTQError, TaskNotFound
+from django_rtq.broker.bulk import BulkJob
+from django_rtq.broker.inspect import TaskInfo
+from django_rtq.broker.message import OPTION_FIELDS
+from django_rtq.broker.states import ACTION_STATES, Action, TaskState
+from django_rtq.exceptions import BrokerUnavailable, QueueNotFound, RTQError, TaskNotFound
+from django_rtq.formats import plural
+from django_rtq.operations import DONE, Operations, TaskRef
 
 #: What the time kept with a task means in each state (the score of its sorted set).
 STATE_TIME_KEYS = {
@@ -29,13 +31,6 @@ STATE_TIME_LABELS = {
     "archived_at": "archived at",
     "expires_at": "expires",
 }
-OPTION_FIELDS = tuple(
-    f.name for f in fields(TaskMessage) if f.name not in ("id", "task", "queue", "args", "kwargs")
-)
-
-
-def plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def task_as_dict(task: TaskInfo) -> dict[str, Any]:
@@ -65,11 +60,20 @@ def task_as_dict(task: TaskInfo) -> dict[str, Any]:
     return data
 
 
-class InspectorCommand(BaseCommand):
-    """A command over the inspector, with --json and django-rtq errors turned into CommandError."""
+def job_progress(job: BulkJob) -> str:
+    """`12,000 of 1,000,000 tasks deleted (1%)`, and the workflows a run skipped."""
+    skipped = f", {plural(job.skipped, 'workflow')} skipped" if job.skipped else ""
+    return f"{job.done:,} of {job.total:,} tasks {DONE[job.action]}{skipped} ({job.percent}%)"
 
-    inspector: Inspector
+
+class OperationsCommand(BaseCommand):
+    """A command over the operations layer (trusted: the operator at the shell), with --json and
+    django-rtq errors turned into CommandError."""
+
+    ops: Operations
     as_json: bool
+    #: How long (seconds) the command works on a bulk job between two progress lines.
+    step_seconds: float = 1.0
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -78,8 +82,8 @@ class InspectorCommand(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         self.as_json = options["json"]
-        self.inspector = get_inspector()
         try:
+            self.ops = Operations()
             self.run(**options)
         except BrokerUnavailable as exc:
             raise CommandError(f"Cannot reach Redis: {exc}") from None
@@ -88,6 +92,10 @@ class InspectorCommand(BaseCommand):
 
     def run(self, **options: Any) -> None:
         raise NotImplementedError
+
+    def now(self) -> float:
+        """The broker's clock, which the times shown are relative to."""
+        return self.ops.now()
 
     # Output
 
@@ -101,19 +109,22 @@ class InspectorCommand(BaseCommand):
     def heading(self, text: str) -> str:
         return self.style.MIGRATE_HEADING(text)
 
+    def note(self, text: str) -> None:
+        """A line on stderr, unstyled: stdout keeps the result (and nothing but JSON with --json)."""
+        self.stderr.write(text, style_func=lambda line: line)
+
     # Checking arguments
 
     def queue_names(self) -> list[str]:
         """Queues enqueued to at least once, and those in settings.RTQ['QUEUES']."""
-        return sorted(set(self.inspector.queues()) | set(get_settings().QUEUES))
+        return self.ops.queues()
 
     def check_queues(self, names: Sequence[str]) -> list[str]:
-        known = self.queue_names()
-        for name in names:
-            if name not in known:
-                listed = ", ".join(known) or "none yet"
-                raise CommandError(f"Unknown queue {name!r}. Known queues: {listed}.")
-        return list(dict.fromkeys(names))
+        """The names, once each, if every one is a known queue."""
+        try:
+            return [self.ops.check_queue(name) for name in dict.fromkeys(names)]
+        except QueueNotFound as exc:
+            raise CommandError(str(exc)) from None
 
     def check_state(self, value: str) -> TaskState:
         try:
@@ -128,30 +139,58 @@ class InspectorCommand(BaseCommand):
         found, missing = [], []
         for task_id in dict.fromkeys(task_ids):
             try:
-                found.append(self.inspector.get_task(task_id, queue=queue))
+                found.append(self.ops.live_task(task_id, queue))
             except TaskNotFound:
                 missing.append(task_id)
+        self.fail_on_unknown(missing, queue)
+        return found
+
+    def locate_all(self, task_ids: Sequence[str], queue: str | None) -> list[TaskRef]:
+        """Where each id is (in `queue`, or in any queue); fail naming the unknown ones."""
+        if queue:
+            self.check_queues([queue])
+        refs = self.ops.locate(task_ids, queue)
+        located = {ref.id for ref in refs}
+        self.fail_on_unknown(
+            [task_id for task_id in dict.fromkeys(task_ids) if task_id not in located], queue
+        )
+        return refs
+
+    def fail_on_unknown(self, missing: Sequence[str], queue: str | None) -> None:
         if missing:
             where = f" in queue {queue!r}" if queue else ""
             raise CommandError(
                 f"Unknown task id{'s' if len(missing) > 1 else ''}{where}: {', '.join(missing)}."
             )
-        return found
+
+    # Bulk jobs
+
+    def carry_to_the_end(self, job: BulkJob, *, label: str = "") -> BulkJob:
+        """Carry a bulk job on until it finishes, with a progress line on stderr after each step
+        that leaves it unfinished (unless --json). On Ctrl-C, leave it to the workers."""
+        try:
+            while not job.finished:
+                if not self.as_json:
+                    self.note(label + job_progress(job))
+                started = time.monotonic()
+                job = self.ops.carry_on(job.queue, job.id, budget=self.step_seconds)
+                if not job.finished:
+                    # Back early, unfinished: someone else (a worker) holds the job. Look again
+                    # after a step rather than ask again at once.
+                    time.sleep(max(0.0, self.step_seconds - (time.monotonic() - started)))
+        except KeyboardInterrupt:
+            raise CommandError(
+                f"Interrupted with {job_progress(job)}: bulk job {job.id} on queue {job.queue!r} is left "
+                "to the workers of the queue. `manage.py rtq_bulk` shows it; "
+                f"`manage.py rtq_bulk --carry-on {job.id}` carries it on here."
+            ) from None
+        return job
 
 
-class TaskActionCommand(InspectorCommand):
+class TaskActionCommand(OperationsCommand):
     """rtq_run, rtq_archive and rtq_delete: act on tasks by id, or on a whole state of a queue."""
 
-    action: str  # the command's verb: run, archive, delete
-    done: str  # what happened to the tasks: "moved to pending", "archived", "deleted"
-    can_be: str  # "can be run", to say which states the action applies to
-    allowed: tuple[TaskState, ...]
-
-    def act(self, queue: str, task_ids: list[str]) -> int:
-        raise NotImplementedError
-
-    def act_all(self, queue: str, state: TaskState) -> int:
-        raise NotImplementedError
+    action: Action
 
     def add_arguments(self, parser: CommandParser) -> None:
         super().add_arguments(parser)
@@ -161,7 +200,8 @@ class TaskActionCommand(InspectorCommand):
             "--all",
             metavar="STATE",
             dest="all_state",
-            help=f"Every task of --queue in STATE ({', '.join(self.allowed)}), in batches.",
+            help=f"Every task of --queue in STATE ({', '.join(ACTION_STATES[self.action])}), "
+            "a page at a time, with progress on stderr.",
         )
 
     def run(self, *, task_ids: list[str], queue: str | None, all_state: str | None, **options: Any) -> None:
@@ -177,51 +217,81 @@ class TaskActionCommand(InspectorCommand):
             raise CommandError("--all needs --queue.")
         self.check_queues([queue])
         state = self.check_state(all_state)
-        if state not in self.allowed:
-            raise CommandError(
-                f"rtq_{self.action} --all applies to {', '.join(self.allowed)} tasks, not {state}."
-            )
-        count = self.act_all(queue, state)
+        allowed = ACTION_STATES[self.action]
+        if state not in allowed:
+            raise CommandError(f"rtq_{self.action} --all applies to {', '.join(allowed)} tasks, not {state}.")
+        job = self.ops.start_bulk(self.action, queue, [state], budget=self.step_seconds)
+        job = self.carry_to_the_end(job)
         if self.as_json:
-            self.write_json({"action": self.action, "queue": queue, "state": state, "count": count})
-        else:
+            self.write_json(
+                {
+                    "action": self.action,
+                    "queue": queue,
+                    "state": state,
+                    "count": job.done,
+                    "skipped": job.skipped,
+                    "job": job.id,
+                }
+            )
+            return
+        self.stdout.write(
+            self.style.SUCCESS(f"{plural(job.done, f'{state} task')} of queue {queue!r} {DONE[self.action]}.")
+        )
+        if job.skipped:
             self.stdout.write(
-                self.style.SUCCESS(f"{plural(count, f'{state} task')} of queue {queue!r} {self.done}.")
+                self.style.WARNING(
+                    f"{plural(job.skipped, 'workflow')} left {state}: a finished workflow cannot be run "
+                    "again; enqueue it anew."
+                )
             )
 
     def run_by_id(self, task_ids: list[str], queue: str | None) -> None:
         if not task_ids:
             raise CommandError("Give task ids, or --queue QUEUE --all STATE.")
-        tasks = self.find_tasks(task_ids, queue)
-        eligible = [task for task in tasks if task.state in self.allowed]
-        skipped = [task for task in tasks if task.state not in self.allowed]
-        by_queue: dict[str, list[str]] = {}
-        for task in eligible:
-            by_queue.setdefault(task.queue, []).append(task.id)
-        count = sum(self.act(name, ids) for name, ids in by_queue.items())
+        self.locate_all(task_ids, queue)  # unknown ids stop the command before it acts on any
+        report = self.ops.act(self.action, task_ids, queue)
         if self.as_json:
             self.write_json(
                 {
                     "action": self.action,
-                    "count": count,
-                    "ids": [task.id for task in eligible],
-                    "skipped": [{"id": t.id, "queue": t.queue, "state": str(t.state)} for t in skipped],
+                    "count": report.count,
+                    "ids": [ref.id for ref in report.acted],
+                    "skipped": [
+                        {"id": ref.id, "queue": ref.queue, "state": ref.state, "reason": reason}
+                        for ref, reason in report.skipped
+                    ],
                 }
             )
         else:
-            self.stdout.write(self.style.SUCCESS(f"{plural(count, 'task')} {self.done}."))
-            for task in skipped:
+            self.stdout.write(self.style.SUCCESS(f"{plural(report.count, 'task')} {DONE[self.action]}."))
+            for ref, reason in report.skipped:
+                self.stdout.write(self.style.WARNING(skipped_line(ref, reason)))
+            # Found by the check above, then gone or moved before the action reached them.
+            meanwhile = report.changed_meanwhile + len(report.missing)
+            if meanwhile:
                 self.stdout.write(
                     self.style.WARNING(
-                        f"Skipped {task.id} (queue {task.queue!r}): it is {task.state}; only "
-                        f"{', '.join(self.allowed)} tasks {self.can_be}."
+                        f"{plural(meanwhile, 'task')} changed state meanwhile and "
+                        f"{'was' if meanwhile == 1 else 'were'} left alone."
                     )
                 )
-        if skipped:
-            raise CommandError(f"{plural(len(skipped), 'task')} skipped: not in a state that allows it.")
+        if report.skipped:
+            count = len(report.skipped)
+            raise CommandError(
+                f"{plural(count, 'task')} skipped: {self.action} does not apply to "
+                f"{'it' if count == 1 else 'them'}."
+            )
 
 
-class QueueSwitchCommand(InspectorCommand):
+def skipped_line(ref: TaskRef, reason: str) -> str:
+    """`Skipped ID (queue 'q'): why.`, and what to do instead with an active task."""
+    line = f"Skipped {ref.id} (queue {ref.queue!r}): {reason}."
+    if ref.state == TaskState.ACTIVE:
+        line += " Cancel it with rtq_cancel, or let it finish."
+    return line
+
+
+class QueueSwitchCommand(OperationsCommand):
     """rtq_pause and rtq_resume."""
 
     pause: bool
@@ -232,14 +302,11 @@ class QueueSwitchCommand(InspectorCommand):
 
     def run(self, *, queues: list[str], **options: Any) -> None:
         word = "paused" if self.pause else "resumed"
-        changes = []
-        for queue in self.check_queues(queues):
-            changed = self.inspector.broker.is_paused(queue) != self.pause
-            if changed and self.pause:
-                self.inspector.pause(queue)
-            elif changed:
-                self.inspector.resume(queue)
-            changes.append({"queue": queue, "paused": self.pause, "changed": changed})
+        switch = self.ops.pause if self.pause else self.ops.resume
+        changes = [
+            {"queue": queue, "paused": self.pause, "changed": switch(queue)}
+            for queue in self.check_queues(queues)  # all checked before any is changed
+        ]
         if self.as_json:
             self.write_json({"queues": changes})
             return

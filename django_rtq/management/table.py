@@ -1,9 +1,10 @@
-"""Plain-text output for the management commands: aligned tables, times and durations."""
+"""Plain-text output for the management commands: aligned tables and times."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC, datetime
+
+from django_rtq.formats import format_duration, utc_datetime
 
 #: How an absent value is shown in a table.
 BLANK = "-"
@@ -84,26 +85,8 @@ def shorten(text: str | None, width: int = 60) -> str | None:
 
 def format_time(epoch: float | None) -> str | None:
     """Format epoch seconds as a UTC time to the second."""
-    if epoch is None:
-        return None
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def format_duration(seconds: float | None) -> str | None:
-    """Format a length of time the way people say it: 45s, 3m 20s, 2h 5m, 3d 4h."""
-    if seconds is None:
-        return None
-    total = round(seconds)
-    days, rest = divmod(total, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}d {hours}h"
-    if hours:
-        return f"{hours}h {minutes}m"
-    if minutes:
-        return f"{minutes}m {secs}s"
-    return f"{secs}s"
+    moment = utc_datetime(epoch)
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC") if moment else None
 
 
 def format_relative(epoch: float | None, now: float) -> str | None:

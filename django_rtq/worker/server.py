@@ -17,6 +17,7 @@ from ..broker import Broker
 from ..conf import RTQSettings, get_settings
 from ..connection import get_broker
 from ..periodic import load_entries
+from .bulk_runner import BulkRunner
 from .commander import Commander
 from .forwarder import Forwarder
 from .healthchecker import Healthchecker
@@ -97,6 +98,8 @@ class Worker:
             archive_max_age=conf.ARCHIVE_MAX_AGE,
             archive_max_size=conf.ARCHIVE_MAX_SIZE,
         )
+        # A pass works on each unfinished job for 2 s: a request carried it on for 1 s at most.
+        self.bulk_runner = BulkRunner(broker=self.broker, queues=names, interval=1.0, budget=2.0)
         self.mirrorer = (
             Mirrorer(
                 broker=self.broker,
@@ -137,6 +140,7 @@ class Worker:
                 self.scheduler,
                 self.recoverer,
                 self.janitor,
+                self.bulk_runner,
                 self.mirrorer,
                 self.commander,
             )
@@ -172,6 +176,7 @@ class Worker:
             self.scheduler,
             self.recoverer,
             self.janitor,
+            self.bulk_runner,
             self.mirrorer,
             self.commander,
             self.healthchecker,

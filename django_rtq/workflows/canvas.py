@@ -21,6 +21,7 @@ from ..registry import (
     _instant,
     _seconds,
     check_options,
+    set_step_factory,
 )
 
 OnError = Literal["fail", "collect"]
@@ -79,6 +80,9 @@ class Signature(Node):
             "immutable": self.immutable,
             "queue": self.queue,
         }
+
+
+set_step_factory(Signature)  # what `task.s()` and `task.si()` make
 
 
 class Workflow(Node):

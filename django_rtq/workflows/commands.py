@@ -23,8 +23,7 @@ import logging
 from collections import defaultdict
 from typing import Any, Protocol
 
-from ..broker import Broker
-from ..broker.inspect import CANCELLED, Inspector
+from ..broker import Broker, manual
 from ..broker.states import TaskState
 from ..broker.workflow import (
     activate,
@@ -230,15 +229,14 @@ def _child(broker: Broker, cmd_id: str, command: dict[str, Any]) -> set[str]:
 def _cancel(broker: Broker, command: dict[str, Any]) -> set[str]:
     """Archive children that have not started; cancel children that are workflows themselves.
     Running children are left to finish: their outcome no longer changes anything."""
-    inspector = Inspector(broker)
     reason = f"its workflow {command['workflow']!r} failed or was cancelled"
     for queue, ids in command["children"].items():
         states = broker.client.hmget(broker.queue(queue).state, ids)
         for child_id, state in zip(ids, states, strict=True):
             if state == TaskState.WAITING:
-                cancel_workflow(broker, queue, child_id, error_type=CANCELLED, message=reason)
+                cancel_workflow(broker, queue, child_id, error_type=manual.CANCELLED, message=reason)
         not_started = [i for i, s in zip(ids, states, strict=True) if s in _NOT_STARTED]
-        inspector.archive(queue, not_started, reason=reason)
+        manual.archive(broker, queue, not_started, reason=reason)
     return set(command["children"])
 
 

@@ -421,3 +421,12 @@ local function first_application(applied, cmd_id, now, ttl)
   redis.call('ZADD', applied, now, cmd_id)
   return true
 end
+
+-- The states a manual action applies to, as the caller's table gives them (ACTION_STATES in
+-- broker/states.py): ARGV[at] is their count n, ARGV[at+1..at+n] their names, and
+-- KEYS[first..first+n-1] their sorted sets. Returns state -> sorted set, and the next ARGV index.
+local function action_sources(at, first)
+  local sources, n = {}, tonumber(ARGV[at])
+  for i = 1, n do sources[ARGV[at + i]] = KEYS[first + i - 1] end
+  return sources, at + n + 1
+end

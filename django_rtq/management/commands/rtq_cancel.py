@@ -1,4 +1,4 @@
-"""`manage.py rtq_cancel ID [ID ...]`: ask the workers running active tasks to stop them."""
+"""`manage.py rtq_cancel ID [ID ...]`: stop active tasks (and waiting workflows)."""
 
 from __future__ import annotations
 
@@ -6,51 +6,83 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from django_rtq.broker import TaskState
 from django_rtq.broker.inspect import TaskInfo
-from django_rtq.management.base import InspectorCommand, plural
+from django_rtq.broker.states import ACTION_STATES, Action, TaskState
+from django_rtq.formats import plural
+from django_rtq.management.base import OperationsCommand, skipped_line
+from django_rtq.operations import TaskRef
 
 
-class Command(InspectorCommand):
-    help = "Cancel active tasks: the worker running each one interrupts it and archives it."
+class Command(OperationsCommand):
+    help = (
+        "Cancel active tasks: the worker running each one interrupts it and archives it. "
+        "A waiting workflow is archived as cancelled at once."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         super().add_arguments(parser)
-        parser.add_argument("task_ids", nargs="+", metavar="ID", help="Ids of active tasks.")
+        parser.add_argument(
+            "task_ids", nargs="+", metavar="ID", help="Ids of active tasks or waiting workflows."
+        )
         parser.add_argument("--queue", "-q", help="The tasks' queue (without it, each id is looked up).")
 
     def run(self, *, task_ids: list[str], queue: str | None, **options: Any) -> None:
-        tasks = self.find_tasks(task_ids, queue)
-        skipped = [task for task in tasks if task.state != TaskState.ACTIVE]
-        sent = [
-            {
-                "id": task.id,
-                "queue": task.queue,
-                "worker": task.owner,
-                "listeners": self.inspector.cancel(task.id),
-            }
-            for task in tasks
-            if task.state == TaskState.ACTIVE
-        ]
+        sent: list[dict[str, Any]] = []
+        skipped: list[tuple[TaskRef, str]] = []
+        gone: list[TaskInfo] = []
+        # One at a time: each one's report says whether its own stop reached a worker.
+        for task in self.find_tasks(task_ids, queue):
+            report = self.ops.act(Action.CANCEL, [task.id], task.queue)
+            if report.skipped:
+                skipped += report.skipped
+            elif report.missing:
+                gone.append(task)
+            else:
+                [ref] = report.acted
+                sent.append(
+                    {
+                        "id": task.id,
+                        "queue": task.queue,
+                        "state": ref.state,
+                        "worker": task.owner,
+                        "listeners": report.listeners,
+                    }
+                )
         if self.as_json:
             self.write_json(
                 {
                     "cancelled": sent,
-                    "skipped": [{"id": t.id, "queue": t.queue, "state": str(t.state)} for t in skipped],
+                    "skipped": [
+                        {"id": ref.id, "queue": ref.queue, "state": ref.state, "reason": reason}
+                        for ref, reason in skipped
+                    ],
+                    "gone": [task.id for task in gone],
                 }
             )
         else:
-            self.report(sent, skipped)
+            self.report(sent, skipped, gone)
         if skipped:
+            cancellable = ", ".join(ACTION_STATES[Action.CANCEL])
             raise CommandError(
-                f"{plural(len(skipped), 'task')} skipped: only active tasks can be cancelled "
+                f"{plural(len(skipped), 'task')} skipped: only {cancellable} tasks can be cancelled "
                 "(use rtq_archive or rtq_delete for the others)."
             )
 
-    def report(self, sent: list[dict[str, Any]], skipped: list[TaskInfo]) -> None:
+    def report(
+        self, sent: list[dict[str, Any]], skipped: list[tuple[TaskRef, str]], gone: list[TaskInfo]
+    ) -> None:
         for request in sent:
             task_id, listeners = request["id"], request["listeners"]
-            if listeners:
+            if request["state"] == TaskState.WAITING:
+                line = (
+                    self.style.SUCCESS(
+                        f"Workflow {task_id} cancelled (archived); its children that have not started "
+                        "are archived next."
+                    )
+                    if listeners
+                    else self.style.WARNING(f"Workflow {task_id} had ended meanwhile: nothing to cancel.")
+                )
+            elif listeners:
                 line = self.style.SUCCESS(f"Cancellation of {task_id} sent to {plural(listeners, 'worker')}.")
             else:
                 line = self.style.WARNING(
@@ -58,9 +90,7 @@ class Command(InspectorCommand):
                     "the task goes to retry once its lease expires."
                 )
             self.stdout.write(line)
-        for task in skipped:
-            self.stdout.write(
-                self.style.WARNING(
-                    f"Skipped {task.id} (queue {task.queue!r}): it is {task.state}, not active."
-                )
-            )
+        for ref, reason in skipped:
+            self.stdout.write(self.style.WARNING(skipped_line(ref, reason)))
+        for task in gone:
+            self.stdout.write(self.style.WARNING(f"{task.id} finished meanwhile: nothing to cancel."))

@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from django_rtq.conf import get_settings
-from django_rtq.models import FinishedTask
+from django_rtq.operations import Operations
 
 
 class Command(BaseCommand):
@@ -26,12 +26,13 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="Print the result as JSON.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        conf = get_settings()
-        seconds = options["older_than"] if options["older_than"] is not None else conf.MIRROR_MAX_AGE
+        seconds = (
+            options["older_than"] if options["older_than"] is not None else get_settings().MIRROR_MAX_AGE
+        )
         if seconds < 0:
             raise CommandError("--older-than takes a non-negative number of seconds.")
         cutoff = timezone.now() - timedelta(seconds=seconds)
-        deleted, _ = FinishedTask.objects.using(conf.MIRROR_DATABASE).filter(finished_at__lt=cutoff).delete()
+        deleted, _ = Operations().finished_tasks().filter(finished_at__lt=cutoff).delete()
         if options["json"]:
             self.stdout.write(json.dumps({"deleted": deleted, "cutoff": cutoff.isoformat()}))
         else:

@@ -6,15 +6,17 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from django_rtq.broker import TaskState
-from django_rtq.broker.inspect import PURGE_ORDER
-from django_rtq.management.base import InspectorCommand, plural
+from django_rtq.broker.bulk import PURGE_STATES
+from django_rtq.broker.states import TaskState
+from django_rtq.formats import plural
+from django_rtq.management.base import OperationsCommand
 
 
-class Command(InspectorCommand):
+class Command(OperationsCommand):
     help = (
         "Delete every task of a queue in every state but active (waiting workflows, cancelled "
-        "first; scheduled, retry, pending, archived, completed). Active tasks are left to their workers."
+        "first; scheduled, retry, pending, archived, completed), a page at a time, with progress on "
+        "stderr. Active tasks are left to their workers."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -36,24 +38,30 @@ class Command(InspectorCommand):
             else:
                 self.stdout.write("Purge cancelled.")
             return
-        deleted = self.inspector.purge(queue)
-        active = self.inspector.count(queue, TaskState.ACTIVE)
-        total = sum(deleted.values())
+        job = self.carry_to_the_end(self.ops.purge(queue, budget=self.step_seconds))
+        active = self.ops.count(queue, TaskState.ACTIVE)
+        # Each state's tasks as the purge found them on reaching it: all deleted, unless some
+        # left meanwhile (claimed by a worker, say).
+        found = dict(zip(job.states, job.counts, strict=True))
         if self.as_json:
             self.write_json(
                 {
                     "queue": queue,
                     "purged": True,
-                    "deleted": {str(state): count for state, count in deleted.items()},
-                    "total": total,
+                    "deleted": {str(state): count for state, count in found.items()},
+                    "total": job.done,
                     "active_left": active,
+                    "job": job.id,
                 }
             )
             return
-        details = ", ".join(f"{count} {state}" for state, count in deleted.items() if count)
+        details = ", ".join(f"{count:,} {state}" for state, count in found.items() if count)
+        if details and job.done != job.total:
+            details = f"of {job.total:,} found: {details}; the others left meanwhile"
         self.stdout.write(
             self.style.SUCCESS(
-                f"Deleted {plural(total, 'task')} of queue {queue!r}" + (f" ({details})." if details else ".")
+                f"Deleted {plural(job.done, 'task')} of queue {queue!r}"
+                + (f" ({details})." if details else ".")
             )
         )
         if active:
@@ -66,8 +74,8 @@ class Command(InspectorCommand):
             )
 
     def confirm(self, queue: str) -> bool:
-        counts = {state: self.inspector.count(queue, state) for state in PURGE_ORDER}
-        listed = ", ".join(f"{count} {state}" for state, count in counts.items())
+        counts = {state: self.ops.count(queue, state) for state in PURGE_STATES}
+        listed = ", ".join(f"{count:,} {state}" for state, count in counts.items())
         # With --json the question goes to stderr, so that stdout holds nothing but JSON.
         out = self.stderr if self.as_json else self.stdout
         out.write(

@@ -8,8 +8,9 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from django_rtq.broker.inspect import QueueStats
-from django_rtq.management.base import InspectorCommand
-from django_rtq.management.table import format_duration, render_table
+from django_rtq.formats import format_duration
+from django_rtq.management.base import OperationsCommand
+from django_rtq.management.table import render_table
 
 STATS_HEADERS = (
     "QUEUE",
@@ -27,7 +28,7 @@ STATS_HEADERS = (
 )
 
 
-class Command(InspectorCommand):
+class Command(OperationsCommand):
     help = "Show each queue's tasks per state, today's processed and failed counts, and paused queues."
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -44,8 +45,8 @@ class Command(InspectorCommand):
         if history is not None and history < 1:
             raise CommandError("--history must be at least 1 day.")
         names = self.check_queues(queues) if queues else self.queue_names()
-        stats = [self.inspector.queue_stats(name) for name in names]
-        histories = {name: self.inspector.history(name, days=history) for name in names} if history else {}
+        stats = [self.ops.queue_stats(name) for name in names]
+        histories = {name: self.ops.history(name, days=history) for name in names} if history else {}
         if self.as_json:
             self.write_json({"queues": [self.stats_data(s, histories.get(s.queue)) for s in stats]})
             return

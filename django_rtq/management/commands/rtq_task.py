@@ -8,13 +8,8 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from django_rtq.broker.inspect import TaskInfo
-from django_rtq.management.base import (
-    OPTION_FIELDS,
-    STATE_TIME_KEYS,
-    STATE_TIME_LABELS,
-    InspectorCommand,
-    task_as_dict,
-)
+from django_rtq.broker.message import OPTION_FIELDS
+from django_rtq.management.base import STATE_TIME_KEYS, STATE_TIME_LABELS, OperationsCommand, task_as_dict
 from django_rtq.management.table import format_relative, format_time, render_fields
 
 #: Message options and info entries holding epoch seconds, and those holding lengths of time.
@@ -24,7 +19,7 @@ SECONDS_FIELDS = ("timeout", "retention", "unique_ttl")
 INFO_SHOWN_APART = ("retried", "error", "error_type", "traceback")
 
 
-class Command(InspectorCommand):
+class Command(OperationsCommand):
     help = "Show one task: arguments, options, attempts, last error and traceback, result."
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -68,9 +63,7 @@ class Command(InspectorCommand):
             ]
         time_key = STATE_TIME_KEYS.get(task.state)
         if time_key:
-            pairs.append(
-                (STATE_TIME_LABELS[time_key], format_relative(task.score_at, self.inspector.broker.clock()))
-            )
+            pairs.append((STATE_TIME_LABELS[time_key], format_relative(task.score_at, self.now())))
         if task.owner:
             pairs.append(("worker", task.owner))
         pairs.append(("retried", task.retried))

@@ -7,15 +7,16 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from django_rtq.broker import TaskState
 from django_rtq.broker.inspect import TaskInfo
-from django_rtq.management.base import STATE_TIME_KEYS, STATE_TIME_LABELS, InspectorCommand, task_as_dict
+from django_rtq.broker.states import TaskState
+from django_rtq.formats import plural
+from django_rtq.management.base import STATE_TIME_KEYS, STATE_TIME_LABELS, OperationsCommand, task_as_dict
 from django_rtq.management.table import format_relative, render_table, shorten
 
 MAX_PAGE_SIZE = 1000
 
 
-class Command(InspectorCommand):
+class Command(OperationsCommand):
     help = (
         "List the tasks of a queue in one state: pending in the order they will run, scheduled "
         "and retry by due time, archived and completed newest first."
@@ -35,8 +36,8 @@ class Command(InspectorCommand):
             raise CommandError("--page must be at least 1.")
         if not 1 <= page_size <= MAX_PAGE_SIZE:
             raise CommandError(f"--page-size must be between 1 and {MAX_PAGE_SIZE}.")
-        total = self.inspector.count(queue, task_state)
-        tasks = self.inspector.list_tasks(queue, task_state, offset=(page - 1) * page_size, limit=page_size)
+        total = self.ops.count(queue, task_state)
+        tasks = self.ops.list_tasks(queue, task_state, offset=(page - 1) * page_size, limit=page_size)
         pages = math.ceil(total / page_size)
         if self.as_json:
             self.write_json(
@@ -57,7 +58,7 @@ class Command(InspectorCommand):
             return
         self.write_lines(self.table(task_state, tasks))
         self.stdout.write("")
-        self.stdout.write(f"Page {page} of {pages} ({total} {task_state} task{'s' if total != 1 else ''}).")
+        self.stdout.write(f"Page {page} of {pages} ({plural(total, f'{task_state} task')}).")
 
     def table(self, state: TaskState, tasks: list[TaskInfo]) -> list[str]:
         headers = ["ID", "TASK", "STATE", "RETRIED", "LAST ERROR"]
@@ -66,7 +67,7 @@ class Command(InspectorCommand):
             headers.append(STATE_TIME_LABELS[time_key].upper())
         if state == TaskState.ACTIVE:
             headers.append("WORKER")
-        now = self.inspector.broker.clock()
+        now = self.now()
         rows = []
         for task in tasks:
             row: list[object] = [

@@ -4,24 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_rtq.management.base import InspectorCommand
+from django_rtq.management.base import OperationsCommand
 from django_rtq.management.table import format_relative, render_table
 
 
-class Command(InspectorCommand):
+class Command(OperationsCommand):
     help = "List live workers: host, pid, queues, concurrency, tasks in flight, start time."
 
     def run(self, **options: Any) -> None:
-        workers = sorted(
-            self.inspector.workers(), key=lambda w: (w.get("host", ""), w.get("pid", 0), w.get("id", ""))
-        )
+        workers = self.ops.workers()
         if self.as_json:
             self.write_json({"workers": workers})
             return
         if not workers:
             self.stdout.write("No live workers.")
             return
-        now = self.inspector.broker.clock()
+        now = self.now()
         rows = [
             (
                 worker.get("id"),

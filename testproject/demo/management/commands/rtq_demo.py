@@ -26,7 +26,7 @@ from demo.tasks import (
     send_trial_reminder,
     send_welcome_email,
 )
-from django_rtq import enqueue_many, get_broker, get_inspector
+from django_rtq import Operations, enqueue_many, get_broker
 from django_rtq.broker import TaskMessage
 from django_rtq.conf import get_settings
 from django_rtq.exceptions import BrokerUnavailable, TaskNotFound
@@ -167,12 +167,12 @@ class Command(BaseCommand):
     # Watching
 
     def watch(self, tracked: list[tuple[str, TaskMessage]], *, timeout: float, interval: float) -> None:
-        inspector = get_inspector()
+        ops = Operations()
         started = time.monotonic()
         shown: tuple | None = None
         while True:
-            rows = [self.row(inspector, label, message) for label, message in tracked]
-            workers = inspector.workers()
+            rows = [self.row(ops, label, message) for label, message in tracked]
+            workers = ops.workers()
             elapsed = time.monotonic() - started
             finished = all(row.is_final for row in rows)
             timed_out = not finished and elapsed >= timeout
@@ -191,15 +191,15 @@ class Command(BaseCommand):
 
         if self.live:
             self.line("")
-        self.summary(inspector, rows, workers, elapsed)
+        self.summary(ops, rows, workers, elapsed)
         if timed_out:
             left = sum(not row.is_final for row in rows)
             hint = "" if workers else " No worker is running: start one with manage.py rtq_worker."
             raise CommandError(f"Timed out after {timeout:g} s: {left} task(s) did not finish.{hint}")
 
-    def row(self, inspector: Any, label: str, message: TaskMessage) -> Row:
+    def row(self, ops: Any, label: str, message: TaskMessage) -> Row:
         try:
-            info = inspector.get_task(message.id, queue=message.queue)
+            info = ops.live_task(message.id, queue=message.queue)
         except TaskNotFound:  # deleted: by hand, or its retention ended
             return Row(label, message.id, message.queue, "gone", None, "", "", None)
         error = ""
@@ -240,7 +240,7 @@ class Command(BaseCommand):
         lines += [render(line, row.state) for line, row in zip(cells, rows, strict=True)]
         return lines
 
-    def summary(self, inspector: Any, rows: list[Row], workers: list[dict], elapsed: float) -> None:
+    def summary(self, ops: Any, rows: list[Row], workers: list[dict], elapsed: float) -> None:
         completed = sum(row.state == "completed" for row in rows)
         archived = sum(row.state == "archived" for row in rows)
         if all(row.is_final for row in rows):
@@ -261,9 +261,9 @@ class Command(BaseCommand):
             elif row.state == "archived":
                 self.line(f"  {row.label:<{LABEL_WIDTH}}  {self.paint(row.error, 'archived')}")
 
-        self.line("\n" + self.bold("Queues") + " (get_inspector().queue_stats(queue))")
+        self.line("\n" + self.bold("Queues") + " (Operations().queue_stats(queue))")
         table = [tuple(name.upper() for name in ("queue", *STATS_COLUMNS))]
-        for stats in inspector.all_stats():
+        for stats in map(ops.queue_stats, ops.queues()):
             name = stats.queue + (" (paused)" if stats.paused else "")
             table.append((name, *(str(getattr(stats, column)) for column in STATS_COLUMNS)))
         widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]

@@ -1,36 +1,18 @@
-"""Find a task by id: live in Redis, else among finished tasks (the mirror's buffer, then the ORM)."""
+"""Translate a task, live (a TaskInfo) or finished (a mirror row), into `TaskSerializer` data."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from ..broker.inspect import TaskInfo
 from ..broker.states import TaskState
-from ..conf import get_settings
-from ..connection import get_broker, get_inspector
-from ..exceptions import TaskNotFound
-from ..mirror import row_from_record
+from ..formats import utc_datetime
 from ..models import FinishedTask
 
 
-def find_task(task_id: str, queue: str | None = None) -> dict[str, Any]:
-    """Return the task's data for `TaskSerializer`; raise TaskNotFound if no trace of it is left."""
-    inspector = get_inspector()
-    try:
-        return live_task_data(inspector.get_task(task_id, queue))
-    except TaskNotFound:
-        pass
-    queues = [queue] if queue else inspector.queues()
-    for name, record in get_broker().finished_records(task_id, queues).items():
-        return finished_task_data(row_from_record(task_id, name, record))
-    rows = FinishedTask.objects.using(get_settings().MIRROR_DATABASE).filter(pk=task_id)
-    if queue:
-        rows = rows.filter(queue=queue)
-    row = rows.first()
-    if row is None:
-        raise TaskNotFound(f"No task with id {task_id!r}" + (f" in queue {queue!r}." if queue else "."))
-    return finished_task_data(row)
+def task_data(task: TaskInfo | FinishedTask) -> dict[str, Any]:
+    """What `Operations.find_task` found, as `TaskSerializer` data."""
+    return live_task_data(task) if isinstance(task, TaskInfo) else finished_task_data(task)
 
 
 def live_task_data(task: TaskInfo) -> dict[str, Any]:
@@ -52,12 +34,12 @@ def live_task_data(task: TaskInfo) -> dict[str, Any]:
         "traceback": info.get("traceback") or None,
         "errors": _list(info.get("errors")),
         "result": task.result,
-        "progress": getattr(task, "progress", None) or info.get("progress"),
-        "enqueued_at": as_datetime(message.enqueued_at if message else None),
-        "process_at": as_datetime(message.process_at if message else None),
-        "state_at": as_datetime(task.score_at),
-        "started_at": as_datetime(info.get("started_at")),
-        "finished_at": as_datetime(info.get("finished_at") or info.get("failed_at")),
+        "progress": task.progress or info.get("progress"),
+        "enqueued_at": utc_datetime(message.enqueued_at if message else None),
+        "process_at": utc_datetime(message.process_at if message else None),
+        "state_at": utc_datetime(task.score_at),
+        "started_at": utc_datetime(info.get("started_at")),
+        "finished_at": utc_datetime(info.get("finished_at") or info.get("failed_at")),
         "worker": task.owner or info.get("worker"),
     }
 
@@ -88,15 +70,6 @@ def finished_task_data(row: FinishedTask) -> dict[str, Any]:
         "finished_at": row.finished_at,
         "worker": row.worker or None,
     }
-
-
-def as_datetime(epoch_seconds: Any) -> datetime | None:
-    if not isinstance(epoch_seconds, int | float) or isinstance(epoch_seconds, bool):
-        return None
-    try:
-        return datetime.fromtimestamp(epoch_seconds, UTC)
-    except (OverflowError, OSError, ValueError):
-        return None
 
 
 def _list(value: Any) -> list[Any]:

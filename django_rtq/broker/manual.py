@@ -1,0 +1,131 @@
+"""Manual actions on tasks by id: run now, archive, delete, cancel, in the states ACTION_STATES allows.
+
+The scripts receive the allowed states from `ACTION_STATES` and skip tasks in any other, so a
+task that moved meanwhile is left alone. No Django here: django_rtq.operations adds the
+permissions and the lookups every surface needs, and the workflow commander archives the
+children of a failed workflow through `archive` too.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .broker import Broker, translate_errors
+from .message import TaskMessage
+from .states import ACTION_STATES, Action, TaskState
+from .workflow import WORKFLOW_TASKS, cancel_workflow
+
+#: The error type of a task or workflow archived, deleted or cancelled by hand.
+CANCELLED = "django_rtq.exceptions.TaskCancelled"
+#: The reasons recorded in the info of tasks ended by hand (their error, in the ORM mirror too).
+ARCHIVED_BY_HAND = "archived by hand"
+DELETED_BY_HAND = "deleted by hand"
+CANCELLED_BY_HAND = "cancelled"
+
+
+def run_now(broker: Broker, queue: str, task_ids: list[str]) -> int:
+    """Move tasks to pending; return how many moved. Workflows are skipped (see run_now.lua)."""
+    if not task_ids:
+        return 0
+    qk = broker.queue(queue)
+    state_args, state_keys = _state_args(broker, queue, Action.RUN)
+    keys = [qk.state, qk.priority, qk.pending, qk.seq, qk.msg, *state_keys]
+    return broker.run_script("run_now", keys, [qk.wake_channel, *state_args, *task_ids])
+
+
+def archive(broker: Broker, queue: str, task_ids: list[str], *, reason: str = ARCHIVED_BY_HAND) -> int:
+    """Archive tasks; return how many moved.
+
+    `reason` is recorded as their error (a `TaskCancelled`); each one's record goes to the ORM
+    mirror (when mirroring), and a workflow's child fails its workflow.
+    """
+    if not task_ids:
+        return 0
+    qk = broker.queue(queue)
+    state_args, state_keys = _state_args(broker, queue, Action.ARCHIVE)
+    keys = [
+        qk.state, qk.archived, qk.msg, qk.commands, qk.command, qk.info, qk.progress, qk.finished,
+        *state_keys,
+    ]  # fmt: skip
+    args = [broker.now_ms(), int(broker.mirror), CANCELLED, reason, *state_args]
+    args += _with_unique_keys(broker, queue, task_ids, keys)
+    return broker.run_script("archive_tasks", keys, args)
+
+
+def delete(broker: Broker, queue: str, task_ids: list[str]) -> int:
+    """Delete tasks; return how many were deleted.
+
+    A waiting workflow is cancelled first (its children that have not started are archived,
+    its own workflow fails). A task that had not finished ends as one archived by hand would,
+    with the reason "deleted by hand": its record goes to the ORM mirror (when mirroring), and a
+    workflow's child fails its workflow. Then it is gone.
+    """
+    if not task_ids:
+        return 0
+    qk = broker.queue(queue)
+    with translate_errors():
+        current = broker.client.hmget(qk.state, task_ids)
+    for task_id, state in zip(task_ids, current, strict=True):
+        if state == TaskState.WAITING:
+            cancel_workflow(broker, queue, task_id, error_type=CANCELLED, message=DELETED_BY_HAND)
+    state_args, state_keys = _state_args(broker, queue, Action.DELETE)
+    keys = [
+        qk.msg, qk.state, qk.info, qk.result, qk.priority, qk.archived, qk.progress, qk.runs,
+        qk.finished, qk.commands, qk.command, *state_keys,
+    ]  # fmt: skip
+    args = [broker.now_ms(), int(broker.mirror), CANCELLED, DELETED_BY_HAND, *state_args]
+    args += _with_unique_keys(broker, queue, task_ids, keys)
+    return broker.run_script("delete_tasks", keys, args)
+
+
+def cancel(broker: Broker, queue: str, task_id: str, state: TaskState) -> int:
+    """Stop a task: a waiting workflow is archived as cancelled at once (returns 1, or 0 if it
+    had already ended); a running task is asked to stop (returns the listeners reached)."""
+    if state == TaskState.WAITING:
+        return int(cancel_workflow(broker, queue, task_id, error_type=CANCELLED, message=CANCELLED_BY_HAND))
+    return broker.request_cancel(task_id)
+
+
+def workflow_ids(broker: Broker, queue: str, task_ids: list[str]) -> set[str]:
+    """The ids, among these, of workflows (see WORKFLOW_TASKS)."""
+    if not task_ids:
+        return set()
+    with translate_errors():
+        raws = broker.client.hmget(broker.queue(queue).msg, task_ids)
+    found = set()
+    for task_id, raw in zip(task_ids, raws, strict=True):
+        try:
+            name = json.loads(raw).get("task") if raw else None
+        except (ValueError, AttributeError):
+            name = None
+        if name in WORKFLOW_TASKS:
+            found.add(task_id)
+    return found
+
+
+def _state_args(broker: Broker, queue: str, action: Action) -> tuple[list[Any], list[str]]:
+    """The allowed states of an action as the scripts take them: a count and the names (ARGV),
+    and their sorted sets (KEYS). A waiting workflow is cancelled, so archived, before it is
+    deleted: the scripts never touch the waiting set themselves."""
+    states = [state for state in ACTION_STATES[action] if state != TaskState.WAITING]
+    return [len(states), *states], [broker.queue(queue).state_set(state) for state in states]
+
+
+def _with_unique_keys(broker: Broker, queue: str, task_ids: list[str], keys: list[str]) -> list[Any]:
+    """Append each task's uniqueness lock to `keys`; return the (id, key index) arguments."""
+    qk = broker.queue(queue)
+    with translate_errors():
+        raws = broker.client.hmget(qk.msg, task_ids)
+    args: list[Any] = []
+    for task_id, raw in zip(task_ids, raws, strict=True):
+        index = 0
+        try:
+            unique_key = TaskMessage.from_json(raw).unique_key if raw else None
+        except ValueError:
+            unique_key = None
+        if unique_key:
+            keys.append(qk.unique(unique_key))
+            index = len(keys)
+        args += [task_id, index]
+    return args

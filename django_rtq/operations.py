@@ -1,0 +1,379 @@
+"""The operations layer: what the admin, the API, the commands and the backend read and do.
+
+Every surface turns its input into a call here and the result into its output, nothing more:
+which Django permission each operation needs, which states each manual action applies to
+(`ACTION_STATES`), where a task is looked for (live, then the mirror's buffer, then the ORM)
+and how whole states are acted on (bulk jobs, a page at a time) are decided here once.
+
+`Operations(user)` checks `user`'s permissions on every call and raises Django's
+`PermissionDenied`; `Operations()` is trusted code: a command an operator runs at the shell,
+the `django.tasks` backend, your own code. `Operations(user, check_permissions=False)` acts
+for a user whom another policy already admitted (the API's permission classes): it records
+their name (who started a bulk job) without checking again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+
+from .broker import Broker, TaskMessage, bulk, manual
+from .broker.bulk import PURGE_STATES, BulkJob
+from .broker.inspect import NAME_SEARCH_SCAN, Inspector, QueueStats, TaskInfo
+from .broker.states import ACTION_STATES, Action, TaskState
+from .conf import get_settings
+from .connection import get_broker
+from .exceptions import BulkJobNotFound, InvalidStateTransition, QueueNotFound, TaskNotFound
+from .mirror import row_from_record
+from .models import FinishedTask
+from .permissions import CHANGE_LIVE, ENQUEUE, VIEW_HISTORY, VIEW_LIVE, has_permission
+from .registry import TaskType, registered_tasks
+
+#: How long (seconds) a request that starts a bulk job works on it before it answers; a
+#: worker's bulk runner, or `manage.py rtq_bulk`, carries on the rest.
+REQUEST_BUDGET = 1.0
+
+#: What each manual action did to the tasks, after "3 tasks" (for messages).
+DONE = {
+    Action.RUN: "moved to pending",
+    Action.ARCHIVE: "archived",
+    Action.DELETE: "deleted",
+    Action.CANCEL: "asked to stop",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRef:
+    """Where a task was found."""
+
+    id: str
+    queue: str
+    state: TaskState
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActionReport:
+    """What a manual action on tasks by id did."""
+
+    action: Action
+    count: int  # tasks moved (cancel: tasks whose stop reached a worker, or waiting workflows ended)
+    acted: list[TaskRef]  # tasks found in a state the action applies to
+    skipped: list[tuple[TaskRef, str]] = field(default_factory=list)  # and why
+    missing: list[str] = field(default_factory=list)  # ids found in no queue
+    listeners: int = 0  # cancel: workers the stop requests reached
+
+    @property
+    def changed_meanwhile(self) -> int:
+        """Tasks that were eligible when looked up but not acted on: they moved meanwhile (or, for
+        cancel, no worker was listening)."""
+        return len(self.acted) - self.count
+
+
+def skip_reason(action: Action, state: TaskState) -> str:
+    """Why a task in `state` is left alone by `action`."""
+    return f"it is {state}; {action} applies to {', '.join(ACTION_STATES[action])} tasks"
+
+
+WORKFLOW_RUN_REASON = "it is a workflow, and a finished workflow cannot be run again: enqueue it anew"
+
+
+class Operations:
+    """Reads and manual actions over the queues, as `user` (None: trusted code) may do them."""
+
+    def __init__(
+        self, user: Any = None, *, check_permissions: bool = True, broker: Broker | None = None
+    ) -> None:
+        self.user = user
+        self.check_permissions = check_permissions and user is not None
+        self._broker = broker
+
+    @cached_property
+    def broker(self) -> Broker:
+        # Built on first use: reading the ORM mirror needs no Redis (a Cluster client connects at once).
+        return self._broker or get_broker()
+
+    @cached_property
+    def inspector(self) -> Inspector:
+        return Inspector(self.broker)
+
+    # Permissions
+
+    def allows(self, permission: str) -> bool:
+        """Whether the user has `permission` (or one that includes it); trusted code has all."""
+        if not self.check_permissions:
+            return True
+        return bool(self.user.is_active and self.user.is_authenticated) and has_permission(
+            self.user, permission
+        )
+
+    def require(self, *permissions: str) -> None:
+        """Raise PermissionDenied unless the user has one of `permissions`."""
+        if not any(self.allows(permission) for permission in permissions):
+            raise PermissionDenied(f"That needs the permission {' or '.join(permissions)}.")
+
+    @property
+    def username(self) -> str:
+        """The user's name ("" for trusted code and anonymous users)."""
+        if not getattr(self.user, "is_authenticated", False):
+            return ""
+        get_username = getattr(self.user, "get_username", None)  # any user an API auth class gives
+        return str(get_username()) if callable(get_username) else str(self.user)
+
+    def now(self) -> float:
+        """The broker's clock (epoch seconds), which times in Redis are relative to."""
+        return self.broker.clock()
+
+    # Queues
+
+    def queues(self) -> list[str]:
+        """Queues enqueued to at least once, and those in settings.RTQ['QUEUES'], sorted."""
+        self.require(VIEW_LIVE)
+        return sorted(set(self.inspector.queues()) | set(get_settings().QUEUES))
+
+    def check_queue(self, name: str) -> str:
+        """Return `name` if it is a known queue; raise QueueNotFound naming the known ones."""
+        known = self.queues()
+        if name not in known:
+            listed = ", ".join(known) or "none yet"
+            raise QueueNotFound(f"Unknown queue {name!r}. Known queues: {listed}.")
+        return name
+
+    def queue_stats(self, queue: str) -> QueueStats:
+        self.require(VIEW_LIVE)
+        return self.inspector.queue_stats(queue)
+
+    def history(self, queue: str, days: int = 14) -> list[tuple[str, int, int]]:
+        """(day, processed, failed) for the last `days` UTC days, oldest first."""
+        self.require(VIEW_LIVE)
+        return self.inspector.history(queue, days)
+
+    def workers(self) -> list[dict[str, Any]]:
+        """The live workers, by host, pid and id."""
+        self.require(VIEW_LIVE)
+        return sorted(
+            self.inspector.workers(), key=lambda w: (w.get("host", ""), w.get("pid", 0), w.get("id", ""))
+        )
+
+    def is_paused(self, queue: str) -> bool:
+        self.require(VIEW_LIVE)
+        return self.broker.is_paused(queue)
+
+    def pause(self, queue: str) -> bool:
+        """Pause a queue; return whether it changed (False: it was paused already)."""
+        return self._switch(queue, pause=True)
+
+    def resume(self, queue: str) -> bool:
+        """Resume a queue; return whether it changed (False: it was running already)."""
+        return self._switch(queue, pause=False)
+
+    def _switch(self, queue: str, *, pause: bool) -> bool:
+        self.require(CHANGE_LIVE)
+        self.check_queue(queue)
+        if self.broker.is_paused(queue) == pause:
+            return False
+        (self.broker.pause if pause else self.broker.resume)(queue)
+        return True
+
+    # Reading tasks
+
+    def count(self, queue: str, state: TaskState | str) -> int:
+        self.require(VIEW_LIVE)
+        return self.inspector.count(queue, state)
+
+    def list_tasks(
+        self, queue: str, state: TaskState | str, *, offset: int = 0, limit: int = 20
+    ) -> list[TaskInfo]:
+        """A page of a queue's tasks in a state (see Inspector.list_tasks for the order)."""
+        self.require(VIEW_LIVE)
+        return self.inspector.list_tasks(queue, state, offset=offset, limit=limit)
+
+    def search_by_name(
+        self, queue: str, state: TaskState | str, text: str, *, scan: int = NAME_SEARCH_SCAN
+    ) -> list[TaskInfo]:
+        """The tasks among the first `scan` of a list whose task name contains `text`."""
+        self.require(VIEW_LIVE)
+        return self.inspector.search_by_name(queue, state, text, scan=scan)
+
+    def live_task(self, task_id: str, queue: str | None = None) -> TaskInfo:
+        """A task in Redis, in `queue` or in any queue; TaskNotFound if it is not there."""
+        self.require(VIEW_LIVE)
+        return self.inspector.get_task(task_id, queue)
+
+    def find_task(self, task_id: str, queue: str | None = None) -> TaskInfo | FinishedTask:
+        """A task wherever it is: live in Redis, else finished, in the mirror's buffer (an unsaved
+        row) or in the ORM. Live tasks need VIEW_LIVE, finished ones VIEW_HISTORY."""
+        if self.allows(VIEW_LIVE):
+            try:
+                task = self.inspector.get_task(task_id, queue)
+            except TaskNotFound:
+                pass
+            else:
+                if task.raw_message is not None:
+                    return task
+                # Read as it finished, its columns going: it is finished now, or gone.
+        self.require(VIEW_LIVE, VIEW_HISTORY)
+        row = self._finished_row(task_id, queue)
+        if row is None:
+            raise TaskNotFound(_not_found(task_id, queue))
+        self.require(VIEW_HISTORY)  # a finished task is history
+        return row
+
+    def _finished_row(self, task_id: str, queue: str | None) -> FinishedTask | None:
+        queues = [queue] if queue else sorted(set(self.inspector.queues()) | set(get_settings().QUEUES))
+        for name, record in self.broker.finished_records(task_id, queues).items():
+            return row_from_record(task_id, name, record)
+        rows = FinishedTask.objects.using(get_settings().MIRROR_DATABASE).filter(pk=task_id)
+        return (rows.filter(queue=queue) if queue else rows).first()
+
+    def finished_tasks(self) -> QuerySet[FinishedTask]:
+        """The ORM mirror of finished tasks, in its database."""
+        self.require(VIEW_HISTORY)
+        return FinishedTask.objects.using(get_settings().MIRROR_DATABASE).all()
+
+    def locate(self, task_ids: Sequence[str], queue: str | None = None) -> list[TaskRef]:
+        """Where each of these live tasks is (ids found nowhere are left out), in the given order."""
+        self.require(VIEW_LIVE)
+        ids = list(dict.fromkeys(task_ids))
+        found = self.inspector.locate(ids, queue)
+        return [TaskRef(task_id, *found[task_id]) for task_id in ids if task_id in found]
+
+    # Acting on tasks
+
+    def act(self, action: Action | str, task_ids: Sequence[str], queue: str | None = None) -> ActionReport:
+        """Apply a manual action to tasks by id (in `queue`, or wherever each one is).
+
+        Tasks in a state the action does not apply to are skipped, with the reason; a run skips
+        workflows. A task that moves meanwhile is left alone by the script, and counted in
+        `changed_meanwhile`.
+        """
+        action = Action(action)
+        self.require(CHANGE_LIVE)
+        ids = list(dict.fromkeys(task_ids))
+        refs = self.locate(ids, queue)
+        located = {ref.id for ref in refs}
+        acted = [ref for ref in refs if ref.state in ACTION_STATES[action]]
+        skipped = [(ref, skip_reason(action, ref.state)) for ref in refs if ref not in acted]
+        if action == Action.RUN:
+            workflows = set().union(
+                *(manual.workflow_ids(self.broker, name, ids) for name, ids in _by_queue(acted).items())
+            )
+            skipped += [(ref, WORKFLOW_RUN_REASON) for ref in acted if ref.id in workflows]
+            acted = [ref for ref in acted if ref.id not in workflows]
+        count = listeners = 0
+        if action == Action.CANCEL:
+            for ref in acted:
+                reached = manual.cancel(self.broker, ref.queue, ref.id, ref.state)
+                listeners += reached
+                count += bool(reached)
+        else:
+            act = {Action.RUN: manual.run_now, Action.ARCHIVE: manual.archive, Action.DELETE: manual.delete}
+            count = sum(act[action](self.broker, name, ids) for name, ids in _by_queue(acted).items())
+        return ActionReport(
+            action=action,
+            count=count,
+            acted=acted,
+            skipped=skipped,
+            missing=[task_id for task_id in ids if task_id not in located],
+            listeners=listeners,
+        )
+
+    def act_on_one(self, action: Action | str, task_id: str, queue: str | None = None) -> ActionReport:
+        """Apply an action to one task; TaskNotFound if it is not live, InvalidStateTransition if
+        it is in a state the action does not apply to, or left it before the action ran."""
+        report = self.act(action, [task_id], queue)
+        if report.missing:
+            raise TaskNotFound(_not_found(task_id, queue))
+        if report.skipped:
+            _, reason = report.skipped[0]
+            raise InvalidStateTransition(f"Task {task_id!r} was not {DONE[report.action]}: {reason}.")
+        if report.count == 0 and report.action == Action.CANCEL:
+            raise InvalidStateTransition(f"No worker is listening, so task {task_id!r} was not cancelled.")
+        if report.count == 0:
+            raise InvalidStateTransition(f"Task {task_id!r} is no longer in a state this applies to.")
+        return report
+
+    # Acting on whole states: bulk jobs
+
+    def start_bulk(
+        self,
+        action: Action | str,
+        queue: str,
+        states: Sequence[TaskState | str],
+        *,
+        budget: float | None = None,
+    ) -> BulkJob:
+        """Start acting on every task of `states` of a queue, work on it for `budget` seconds
+        (REQUEST_BUDGET by default), and return where it got to: a worker's bulk runner (or
+        `rtq_bulk`) does the rest."""
+        action = Action(action)
+        self.require(CHANGE_LIVE)
+        self.check_queue(queue)
+        job = bulk.start(self.broker, queue, action, [TaskState(s) for s in states], started_by=self.username)
+        budget = REQUEST_BUDGET if budget is None else budget
+        return bulk.carry_on(self.broker, queue, job.id, budget=budget) or job
+
+    def purge(self, queue: str, *, budget: float | None = None) -> BulkJob:
+        """Start deleting every task of a queue but the active ones (see PURGE_STATES)."""
+        return self.start_bulk(Action.DELETE, queue, PURGE_STATES, budget=budget)
+
+    def bulk_job(self, queue: str, job_id: str) -> BulkJob:
+        self.require(VIEW_LIVE)
+        job = bulk.get(self.broker, queue, job_id)
+        if job is None:
+            raise BulkJobNotFound(
+                f"No bulk action {job_id!r} on queue {queue!r} (finished ones go after an hour)."
+            )
+        return job
+
+    def bulk_jobs(self, queue: str | None = None) -> list[BulkJob]:
+        """Bulk jobs of a queue, or of every queue, the latest first."""
+        self.require(VIEW_LIVE)
+        names = [queue] if queue else self.queues()
+        found = [job for name in names for job in bulk.jobs(self.broker, name)]
+        return sorted(found, key=lambda job: job.started_at, reverse=True)
+
+    def carry_on(self, queue: str, job_id: str, *, budget: float | None = None) -> BulkJob:
+        """Work on a bulk job for `budget` seconds (unless someone else is); return where it is."""
+        self.require(CHANGE_LIVE)
+        budget = REQUEST_BUDGET if budget is None else budget
+        job = bulk.carry_on(self.broker, queue, job_id, budget=budget)
+        if job is None:
+            raise BulkJobNotFound(f"No bulk action {job_id!r} on queue {queue!r}.")
+        return job
+
+    # Task types and enqueueing
+
+    def exposed_task_types(self) -> list[TaskType]:
+        """The task types exposed to the API, by name: for those who may look or enqueue."""
+        self.require(VIEW_LIVE, ENQUEUE)
+        return sorted((t for t in registered_tasks().values() if t.exposed), key=lambda t: t.name)
+
+    def exposed_task_type(self, name: str) -> TaskType:
+        """The exposed task type of that name; the same TaskNotFound whether unknown or not exposed."""
+        for task_type in self.exposed_task_types():
+            if task_type.name == name:
+                return task_type
+        raise TaskNotFound(f"No task type named {name!r} is exposed.")
+
+    def enqueue(
+        self, task_type: TaskType, args: Sequence[Any], kwargs: dict[str, Any], **options: Any
+    ) -> TaskMessage:
+        """Enqueue a call of an exposed task type, as the user."""
+        self.require(ENQUEUE)
+        return task_type.using(**options).enqueue(*args, **kwargs)
+
+
+def _by_queue(refs: Sequence[TaskRef]) -> dict[str, list[str]]:
+    grouped: dict[str, list[str]] = {}
+    for ref in refs:
+        grouped.setdefault(ref.queue, []).append(ref.id)
+    return grouped
+
+
+def _not_found(task_id: str, queue: str | None) -> str:
+    return f"No task with id {task_id!r}" + (f" in queue {queue!r}." if queue else ".")
