@@ -1,0 +1,938 @@
+"""django-rtq side by side with huey, Dramatiq, Celery and RQ on one Redis. A script, not a test.
+
+Run from the repository root, with a Python that has redis-py and psutil (the test venv has):
+
+    .venv-test/django6/bin/python bench/peers.py [--quick] [--only rtq,rtq-django,huey]
+        [--handlers empty,incr,orm,sleep] [--enqueue-tasks 5000] [--drain-tasks 10000]
+        [--drain-seconds 15] [--latency-tasks 300] [--memory-tasks 100000]
+        [--concurrency 10] [--sleep-concurrency 50] [--no-pin]
+
+Systems: django-rtq through its own `@task` ("rtq") and through `django.tasks` ("rtq-django"),
+both from the test venv (.venv-test/django6: Django 6, this checkout); huey, Dramatiq, Celery and
+RQ, each installed from PyPI in its own virtualenv under .venv-bench/<peer> (made with Python
+3.12 from pyenv on the first run, reused after). Every system runs the same task bodies
+(bench/peers/common.py): `empty`; `incr`, one Redis INCR on the handler's own connection; `orm`,
+`SELECT 1` through Django's connection (PostgreSQL at 127.0.0.1:5432, user postgres, database
+`test`); `sleep`, time.sleep(0.005). Its tasks and clients are in bench/peers/<peer>_tasks.py
+(django-rtq's in bench/peers/tasks.py, its settings in bench/peers/rtq_settings.py: the ORM
+mirror off, as no peer writes finished tasks to a database); bench/peers/driver.py enqueues, run
+with the system's own Python. (This file runs as a script only: `bench.peers` is the package.)
+
+The run starts a private redis-server on a free loopback port (no persistence) and stops it at
+the end; every measurement starts from FLUSHALL. redis-server stays on one CPU and the drivers on
+another (unless --no-pin): on a small VM a round trip within one core costs less than half of
+one across cores, and left to the scheduler the enqueue rates jumped from run to run.
+
+For each handler and system it measures: enqueueing one by one; one bulk call where the library
+has one (django-rtq `enqueue_many`, RQ `enqueue_many`); draining `--drain-tasks` tasks enqueued
+before the worker started, with one worker process and with two (rate = tasks done / time from
+the first task's start to the last task's end, as the task bodies report them; capped at
+`--drain-seconds` of work, marked `*`); the RSS and PSS of the worker's process tree after each
+drain; the latency of single tasks at an idle worker (from before the enqueue call to the task's
+start, p50/p99). Then Redis's memory per small pending task (`empty`, used_memory before and
+after `--memory-tasks` tasks). Workers: django-rtq `rtq_worker --concurrency N --processes P`;
+huey `huey_consumer -k thread -w N` (P consumers); Dramatiq `--processes P --threads N`; Celery
+`--pool threads --concurrency N` without gossip, mingle and heartbeat (P workers); RQ
+`SimpleWorker` (P workers, one job at a time each, no fork per job). N is `--concurrency`,
+`--sleep-concurrency` for `sleep`.
+
+It prints the versions and the machine's load, a line per system and handler as it goes, then
+a table per handler, its ratios to huey, and the figures issue 12 is judged on. On a shared
+2-core box the absolute numbers move by tens of percent from run to run: read the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import glob
+import json
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import redis
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+VENV_ROOT = REPO_ROOT / ".venv-bench"
+DEFAULT_RTQ_PYTHON = REPO_ROOT / ".venv-test" / "django6" / "bin" / "python"
+QUEUE = "bench"
+#: Installed in each peer's virtualenv, besides what every one gets (COMMON_REQUIREMENTS).
+PEER_REQUIREMENTS = {
+    "huey": ["huey", "redis"],
+    "dramatiq": ["dramatiq[redis]"],
+    "celery": ["celery[redis]"],
+    "rq": ["rq"],
+}
+COMMON_REQUIREMENTS = ["django", "psycopg[binary]", "hiredis"]
+HANDLERS = ("empty", "incr", "orm", "sleep")
+SLEEP_SECONDS = 0.005
+#: Marks an answer of bench/peers/driver.py on its stdout.
+REPLY = "@@bench "
+POLL_INTERVAL = 0.01
+#: Past the last report a drain waits this long, for reports still on their way (every 10 ms).
+REPORT_SETTLE = 0.05
+WORKER_START_TIMEOUT = 60.0
+WORKER_STOP_TIMEOUT = 20.0
+LATENCY_WARMUP = 20
+#: The private redis-server: loopback only, nothing saved.
+SERVER_OPTIONS = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no"]
+#: Sizes of a full run (under ~15 minutes on 2 cores) and of --quick (about 2 minutes).
+FULL_SIZES = {
+    "enqueue_tasks": 5000,
+    "drain_tasks": 10_000,
+    "drain_seconds": 15.0,
+    "latency_tasks": 300,
+    "memory_tasks": 100_000,
+}
+QUICK_SIZES = {
+    "enqueue_tasks": 500,
+    "drain_tasks": 1000,
+    "drain_seconds": 2.0,
+    "latency_tasks": 30,
+    "memory_tasks": 5000,
+}
+
+
+#: How the tables name each system.
+LABELS = {
+    "rtq": "django-rtq @task",
+    "rtq-django": "django-rtq django.tasks",
+    "huey": "huey",
+    "dramatiq": "Dramatiq",
+    "celery": "Celery",
+    "rq": "RQ SimpleWorker¹",
+}
+
+
+@dataclass(frozen=True)
+class System:
+    name: str
+    label: str
+    python: Path
+    settings: str
+    one_at_a_time: bool = False  # RQ: a process runs one job at a time, whatever --concurrency
+
+
+@dataclass
+class Drain:
+    done: int
+    seconds: float
+    capped: bool
+    spread: float  # seconds between the first and the last process's first task
+    rss: float  # MiB, the worker's whole process tree
+    pss: float  # MiB, the same tree's proportional set size (shared pages divided among sharers)
+
+    @property
+    def rate(self) -> float:
+        return self.done / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass
+class Row:
+    system: System
+    handler: str
+    concurrency: int
+    enqueue: float | None = None  # tasks/s
+    bulk: float | None = None
+    bulk_call: str | None = None
+    drains: dict[int, Drain] = field(default_factory=dict)  # by processes
+    p50: float | None = None  # seconds
+    p99: float | None = None
+    seconds: float = 0.0  # what measuring the row took
+
+
+@dataclass
+class Memory:
+    system: System
+    tasks: int
+    used: int  # bytes, INFO memory used_memory after - before
+    keys: int
+    key_bytes: int  # MEMORY USAGE summed over every key
+    kinds: dict[str, int] = field(default_factory=dict)  # MEMORY USAGE by kind of key (key_kind)
+
+
+# --- setting up ---------------------------------------------------------------------------
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run of ~2 minutes")
+    parser.add_argument("--only", default="rtq,rtq-django,huey,dramatiq,celery,rq", help="systems")
+    parser.add_argument("--handlers", default=",".join(HANDLERS), help="task bodies")
+    parser.add_argument("--enqueue-tasks", type=int, help="tasks enqueued one by one, and in bulk")
+    parser.add_argument("--drain-tasks", type=int, help="tasks per drain")
+    parser.add_argument("--drain-seconds", type=float, help="longest time a drain is timed for")
+    parser.add_argument("--latency-tasks", type=int, help="tasks timed one at a time")
+    parser.add_argument("--latency-gap", type=float, default=0.002, help="seconds between latency tasks")
+    parser.add_argument("--memory-tasks", type=int, help="pending tasks for Redis's memory per task")
+    parser.add_argument("--concurrency", type=int, default=10, help="threads per worker process")
+    parser.add_argument("--sleep-concurrency", type=int, default=50, help="threads for the sleep handler")
+    parser.add_argument("--rtq-python", type=Path, default=DEFAULT_RTQ_PYTHON, help="django-rtq's Python")
+    parser.add_argument("--base-python", type=Path, help="Python that makes the peers' virtualenvs")
+    parser.add_argument("--redis-server", default="/usr/bin/redis-server", help="redis-server binary")
+    parser.add_argument(
+        "--no-pin",
+        action="store_true",
+        help="leave redis-server and the enqueueing drivers wherever the scheduler puts them",
+    )
+    args = parser.parse_args()
+    sizes = QUICK_SIZES if args.quick else FULL_SIZES
+    for name, value in sizes.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    args.only = [name.strip() for name in args.only.split(",") if name.strip()]
+    args.handlers = [name.strip() for name in args.handlers.split(",") if name.strip()]
+    unknown = sorted(set(args.handlers) - set(HANDLERS))
+    if unknown:
+        parser.error(f"unknown handlers: {', '.join(unknown)}")
+    return args
+
+
+def pyenv_python312() -> Path:
+    """The newest Python 3.12 that pyenv has."""
+    try:
+        root = subprocess.run(["pyenv", "root"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        root = str(Path.home() / ".pyenv")
+    found = sorted(
+        glob.glob(f"{root}/versions/3.12*/bin/python3"),
+        key=lambda p: [int(x) for x in Path(p).parent.parent.name.split(".") if x.isdigit()],
+    )
+    if not found:
+        raise SystemExit(f"no Python 3.12 under {root}/versions: pass --base-python")
+    return Path(found[-1])
+
+
+def ensure_venv(peer: str, base_python: Path) -> Path:
+    """The peer's virtualenv under .venv-bench/, made and pip-installed from PyPI unless it is
+    there with the same requirements already; returns its Python."""
+    venv = VENV_ROOT / peer
+    python = venv / "bin" / "python"
+    wanted = [*PEER_REQUIREMENTS[peer], *COMMON_REQUIREMENTS]
+    marker = venv / "bench-requirements.txt"
+    if python.exists() and marker.exists() and marker.read_text().split() == wanted:
+        return python
+    print(f"bench: making {venv.relative_to(REPO_ROOT)}: pip install {' '.join(wanted)}", flush=True)
+    subprocess.run([str(base_python), "-m", "venv", "--clear", str(venv)], check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--upgrade", "pip"], check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", *wanted], check=True)
+    marker.write_text("\n".join(wanted) + "\n")
+    return python
+
+
+def make_systems(args: argparse.Namespace) -> list[System]:
+    known = ["rtq", "rtq-django", *PEER_REQUIREMENTS]
+    unknown = sorted(set(args.only) - set(known))
+    if unknown:
+        raise SystemExit(f"unknown systems: {', '.join(unknown)} (known: {', '.join(known)})")
+    base_python = None
+    systems = []
+    for name in [name for name in known if name in args.only]:
+        if name in ("rtq", "rtq-django"):
+            systems.append(System(name, LABELS[name], args.rtq_python, "bench.peers.rtq_settings"))
+        else:
+            base_python = base_python or args.base_python or pyenv_python312()
+            python = ensure_venv(name, base_python)
+            systems.append(
+                System(name, LABELS[name], python, "bench.peers.settings", one_at_a_time=name == "rq")
+            )
+    return systems
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def private_redis(binary: str, cpu: int | None) -> Iterator[str]:
+    """A redis-server of this run alone, on a free loopback port, without persistence (and
+    kept on one CPU, if `cpu` is given)."""
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="peersbench-redis-") as directory:
+        server = subprocess.Popen(
+            [binary, *SERVER_OPTIONS, "--port", str(port), "--dir", directory],
+            stdout=subprocess.DEVNULL,
+        )
+        if cpu is not None:
+            os.sched_setaffinity(server.pid, {cpu})
+        url = f"redis://127.0.0.1:{port}/0"
+        try:
+            client = redis.Redis.from_url(url)
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    client.ping()
+                    break
+                except redis.ConnectionError:
+                    if server.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError(f"redis-server did not start on port {port}") from None
+                    time.sleep(0.05)
+            yield url
+        finally:
+            server.terminate()
+            try:
+                server.wait(10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+
+
+def system_env(system: System, redis_url: str, prefix: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        PYTHONPATH=str(REPO_ROOT),
+        DJANGO_SETTINGS_MODULE=system.settings,
+        BENCH_REDIS_URL=redis_url,
+        BENCH_PREFIX=prefix,
+    )
+    return env
+
+
+class Driver:
+    """bench/peers/driver.py in the system's own Python: it enqueues, on command."""
+
+    def __init__(self, system: System, env: dict[str, str], log: Path, cpu: int | None) -> None:
+        self.system = system
+        self._log = log.open("a")
+        self._process = subprocess.Popen(
+            [str(system.python), "-m", "bench.peers.driver", system.name],
+            cwd=REPO_ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+        )
+        if cpu is not None:
+            os.sched_setaffinity(self._process.pid, {cpu})
+        self.hello = self._answer()
+
+    def _answer(self) -> dict[str, Any]:
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            if line.startswith(REPLY):
+                answer = json.loads(line[len(REPLY) :])
+                if "error" in answer:
+                    raise RuntimeError(f"{self.system.name} driver: {answer['error']}")
+                return answer
+        raise RuntimeError(f"the {self.system.name} driver exited (its log: {self._log.name})")
+
+    def call(self, action: str, **args: Any) -> dict[str, Any]:
+        assert self._process.stdin is not None
+        self._process.stdin.write(json.dumps({"action": action, "args": args}) + "\n")
+        self._process.stdin.flush()
+        return self._answer()
+
+    def close(self) -> None:
+        if self._process.stdin is not None:
+            self._process.stdin.close()
+        try:
+            self._process.wait(10)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        self._log.close()
+
+
+# --- workers ------------------------------------------------------------------------------
+
+
+def worker_commands(system: System, processes: int, concurrency: int, redis_url: str) -> list[list[str]]:
+    """The command line(s) that run `processes` worker processes of `concurrency` threads."""
+    python, bin_dir = str(system.python), system.python.parent
+    threads, procs = str(concurrency), str(processes)
+    if system.name in ("rtq", "rtq-django"):
+        rtq = [python, "-m", "django", "rtq_worker", "--queues", QUEUE, "--loglevel", "WARNING"]
+        return [[*rtq, "--concurrency", threads, "--processes", procs]]
+    if system.name == "huey":
+        huey = [str(bin_dir / "huey_consumer"), "bench.peers.huey_tasks.huey", "-k", "thread", "-n", "-q"]
+        return [[*huey, "-w", threads] for _ in range(processes)]
+    if system.name == "dramatiq":
+        dramatiq = [str(bin_dir / "dramatiq"), "bench.peers.dramatiq_tasks", "--queues", QUEUE]
+        return [[*dramatiq, "--processes", procs, "--threads", threads]]
+    if system.name == "celery":
+        celery = [str(bin_dir / "celery"), "-A", "bench.peers.celery_tasks", "worker", "-Q", QUEUE]
+        options = ["--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "WARNING"]
+        return [
+            [*celery, *options, "--pool", "threads", "--concurrency", threads, "-n", f"bench{i}@%h"]
+            for i in range(processes)
+        ]
+    if system.name == "rq":
+        rq = [str(bin_dir / "rq"), "worker", "-w", "rq.worker.SimpleWorker", "--url", redis_url]
+        run = uuid.uuid4().hex[:8]
+        return [[*rq, "--logging_level", "WARNING", "-n", f"bench{i}-{run}", QUEUE] for i in range(processes)]
+    raise ValueError(system.name)
+
+
+def start_workers(commands: list[list[str]], env: dict[str, str], log: Path) -> list[subprocess.Popen]:
+    with log.open("a") as out:
+        return [
+            subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=out, stderr=out, start_new_session=True)
+            for command in commands
+        ]
+
+
+def stop_workers(workers: list[subprocess.Popen]) -> None:
+    """SIGTERM each worker, wait, then kill what is left of each one's process group."""
+    for worker in workers:
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + WORKER_STOP_TIMEOUT
+    for worker in workers:
+        try:
+            worker.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            print(
+                f"bench: worker {worker.pid} did not stop within {WORKER_STOP_TIMEOUT:.0f} s; killed",
+                flush=True,
+            )
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(worker.pid, signal.SIGKILL)  # its own session: children it left behind too
+        worker.wait()
+
+
+def tree_memory_mib(workers: list[subprocess.Popen]) -> tuple[float, float]:
+    """RSS and PSS of the workers and all their descendants, in MiB. RSS counts the pages a
+    forked child shares with its parent twice; PSS divides them among the processes."""
+    rss = pss = 0
+    for worker in workers:
+        try:
+            process = psutil.Process(worker.pid)
+            members = [process, *process.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+        for member in members:
+            with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+                info = member.memory_full_info()
+                rss += info.rss
+                pss += getattr(info, "pss", info.rss)
+    return rss / 2**20, pss / 2**20
+
+
+def check_alive(workers: list[subprocess.Popen], log: Path) -> None:
+    for worker in workers:
+        if worker.poll() is not None:
+            raise RuntimeError(f"a worker exited with code {worker.returncode} (its log: {log})")
+
+
+# --- measurements -------------------------------------------------------------------------
+
+
+@dataclass
+class Context:
+    args: argparse.Namespace
+    client: redis.Redis
+    redis_url: str
+    prefix: str
+    logs: Path
+
+    def fresh(self, driver: Driver) -> None:
+        """An empty Redis for the next measurement (no worker may be running)."""
+        self.client.flushall()
+        driver.call("reset")
+
+    def concurrency(self, handler: str) -> int:
+        return self.args.sleep_concurrency if handler == "sleep" else self.args.concurrency
+
+
+def measure_enqueue(ctx: Context, driver: Driver, handler: str) -> float:
+    """Tasks/s of enqueue calls one after the other."""
+    n = ctx.args.enqueue_tasks
+    ctx.fresh(driver)
+    driver.call("enqueue", handler=handler, count=min(100, n))  # warm-up: imports, connections
+    ctx.fresh(driver)
+    seconds = driver.call("enqueue", handler=handler, count=n)["seconds"]
+    return n / seconds
+
+
+def measure_bulk(ctx: Context, driver: Driver, handler: str) -> float | None:
+    """Tasks/s of one bulk call (building the tasks included), or None without a bulk call."""
+    n = ctx.args.enqueue_tasks
+    ctx.fresh(driver)
+    seconds = driver.call("bulk", handler=handler, count=n)["seconds"]
+    return None if seconds is None else n / seconds
+
+
+def read_reports(client: redis.Redis) -> tuple[int, list[float], list[float]]:
+    from bench.peers import common
+
+    pipe = client.pipeline(transaction=False)
+    pipe.get(common.DONE_KEY)
+    pipe.hvals(common.FIRST_KEY)
+    pipe.hvals(common.LAST_KEY)
+    done, firsts, lasts = pipe.execute()
+    return int(done or 0), [float(v) for v in firsts], [float(v) for v in lasts]
+
+
+def wait_for_drain(ctx: Context, workers: list[subprocess.Popen], n: int, log: Path) -> Drain:
+    """Wait for n tasks done (or --drain-seconds after the first); the drain as reported."""
+    from bench.peers import common
+
+    deadline = time.monotonic() + WORKER_START_TIMEOUT
+    while not ctx.client.exists(common.DONE_KEY):
+        check_alive(workers, log)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no task done {WORKER_START_TIMEOUT:.0f} s after the worker started ({log})")
+        time.sleep(POLL_INTERVAL)
+    cap = time.monotonic() + ctx.args.drain_seconds
+    while int(ctx.client.get(common.DONE_KEY) or 0) < n and time.monotonic() < cap:
+        check_alive(workers, log)
+        time.sleep(POLL_INTERVAL)
+    time.sleep(REPORT_SETTLE)
+    done, firsts, lasts = read_reports(ctx.client)
+    rss, pss = tree_memory_mib(workers)
+    return Drain(
+        done=done,
+        seconds=max(lasts) - min(firsts),
+        capped=done < n,
+        spread=max(firsts) - min(firsts),
+        rss=rss,
+        pss=pss,
+    )
+
+
+def measure_latency(ctx: Context, driver: Driver, handler: str) -> tuple[float, float]:
+    """p50 and p99 (seconds) of single tasks sent to the idle worker that runs now."""
+    answer = driver.call(
+        "latency",
+        handler=handler,
+        count=ctx.args.latency_tasks,
+        warmup=LATENCY_WARMUP,
+        gap=ctx.args.latency_gap,
+    )
+    latencies = answer["latencies"]
+    return percentile(latencies, 50), percentile(latencies, 99)
+
+
+def measure_drains(ctx: Context, driver: Driver, row: Row) -> None:
+    """Drains with one and two processes; the latency with one, at the same worker once idle
+    (at a fresh one if the drain was capped and left tasks behind)."""
+    system, handler, n = row.system, row.handler, ctx.args.drain_tasks
+    env = system_env(system, ctx.redis_url, ctx.prefix)
+    log = ctx.logs / f"worker-{system.name}-{handler}.log"
+    for processes in (1, 2):
+        ctx.fresh(driver)
+        driver.call("fill", handler=handler, count=n)
+        commands = worker_commands(system, processes, row.concurrency, ctx.redis_url)
+        workers = start_workers(commands, env, log)
+        try:
+            drain = wait_for_drain(ctx, workers, n, log)
+            row.drains[processes] = drain
+            if processes == 1 and not drain.capped:
+                row.p50, row.p99 = measure_latency(ctx, driver, handler)
+        finally:
+            stop_workers(workers)
+    if row.p50 is None:
+        ctx.fresh(driver)
+        workers = start_workers(worker_commands(system, 1, row.concurrency, ctx.redis_url), env, log)
+        try:
+            row.p50, row.p99 = measure_latency(ctx, driver, handler)
+        finally:
+            stop_workers(workers)
+
+
+def measure_memory(ctx: Context, driver: Driver) -> Memory:
+    """Redis's memory for `--memory-tasks` pending `empty` tasks, enqueued the fastest way."""
+    n = ctx.args.memory_tasks
+    ctx.fresh(driver)
+    before = int(ctx.client.info("memory")["used_memory"])
+    driver.call("fill", handler="empty", count=n)
+    used = int(ctx.client.info("memory")["used_memory"]) - before
+    memory = Memory(driver.system, n, used, keys=0, key_bytes=0)
+    batch: list[bytes] = []
+    for key in [*ctx.client.scan_iter(count=1000), None]:
+        if key is not None:
+            batch.append(key)
+        if batch and (key is None or len(batch) >= 1000):
+            pipe = ctx.client.pipeline(transaction=False)
+            for name in batch:
+                pipe.memory_usage(name, samples=0)
+            for name, size in zip(batch, pipe.execute(), strict=True):
+                kind = key_kind(name.decode(errors="replace"), ctx.prefix)
+                memory.kinds[kind] = memory.kinds.get(kind, 0) + (size or 0)
+                memory.key_bytes += size or 0
+            memory.keys += len(batch)
+            batch.clear()
+    ctx.client.flushall()
+    return memory
+
+
+def key_kind(key: str, prefix: str) -> str:
+    """A key without the run's prefix, its parts that look like ids as `*`: rq:job:<id> -> rq:job:*."""
+    parts = key.removeprefix(prefix).lstrip(":").split(":")
+    return ":".join(
+        "*" if len(part) >= 16 and sum(c.isdigit() for c in part) >= 4 else part for part in parts
+    )
+
+
+def measure_row(ctx: Context, driver: Driver, handler: str) -> Row:
+    started = time.monotonic()
+    row = Row(driver.system, handler, 1 if driver.system.one_at_a_time else ctx.concurrency(handler))
+    row.enqueue = measure_enqueue(ctx, driver, handler)
+    row.bulk = measure_bulk(ctx, driver, handler)
+    row.bulk_call = driver.hello["bulk"]
+    measure_drains(ctx, driver, row)
+    row.seconds = time.monotonic() - started
+    return row
+
+
+# --- printing -----------------------------------------------------------------------------
+
+
+def percentile(values: list[float], p: float) -> float:
+    """The p-th percentile (0-100) by the nearest-rank method."""
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), -(-len(ordered) * p // 100)))
+    return ordered[int(rank) - 1]
+
+
+def per_second(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.0f}"
+
+
+def drain_cell(drain: Drain | None) -> str:
+    if drain is None:
+        return "—"
+    return f"{drain.rate:,.0f}{'*' if drain.capped else ''}"
+
+
+def ms(value: float | None) -> str:
+    return "—" if value is None else f"{value * 1000:.2f}" if value < 0.01 else f"{value * 1000:.1f}"
+
+
+def ratio(value: float | None, base: float | None) -> str:
+    return "—" if value is None or not base else f"{value / base:.2f}x"
+
+
+def header_lines(systems: list[System], hellos: dict[str, dict[str, Any]], client: redis.Redis) -> list[str]:
+    load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
+    ci = subprocess.run(["pgrep", "-f", "bash .ci/run"], capture_output=True).returncode == 0
+    lines = [
+        f"bench: {platform.node()}, {os.cpu_count()} cores, load average {load}"
+        f"{' (a CI run is going on)' if ci else ''}; Redis server {client.info('server')['redis_version']}"
+        " (private, no persistence)",
+    ]
+    seen: set[str] = set()
+    for system in systems:
+        versions = hellos[system.name]["versions"]
+        text = ", ".join(f"{name} {version}" for name, version in versions.items())
+        if text not in seen:  # django-rtq's two ways share one Python
+            seen.add(text)
+            lines.append(f"bench: {system.name if system.name != 'rtq-django' else 'rtq'}: {text}")
+    return lines
+
+
+def progress_line(row: Row) -> str:
+    parts = [f"{row.handler:<5} {row.system.label:<24}", f"enqueue {per_second(row.enqueue)}/s"]
+    if row.bulk is not None:
+        parts.append(f"bulk ({row.bulk_call}) {per_second(row.bulk)}/s")
+    for processes, drain in sorted(row.drains.items()):
+        parts.append(
+            f"drain {processes}p {drain.done:,} in {drain.seconds:.2f} s = {drain_cell(drain)}/s"
+            f" (start spread {drain.spread * 1000:.0f} ms, RSS {drain.rss:.0f} MiB, PSS {drain.pss:.0f} MiB)"
+        )
+    parts.append(f"latency p50 {ms(row.p50)} ms p99 {ms(row.p99)} ms ({row.seconds:.0f} s)")
+    return "; ".join(parts)
+
+
+COLUMNS = (
+    "system",
+    "enqueue/s",
+    "bulk/s",
+    "drain/s 1p",
+    "drain/s 2p",
+    "p50 ms",
+    "p99 ms",
+)
+MEMORY_COLUMNS = ("RSS/PSS MiB 1p", "RSS/PSS MiB 2p")
+
+
+def table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(
+            cell.ljust(w) if i == 0 else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in rows
+    ]
+
+
+def values(row: Row) -> list[str]:
+    one, two = row.drains.get(1), row.drains.get(2)
+    return [
+        row.system.label,
+        per_second(row.enqueue),
+        per_second(row.bulk),
+        drain_cell(one),
+        drain_cell(two),
+        ms(row.p50),
+        ms(row.p99),
+        f"{one.rss:.0f}/{one.pss:.0f}" if one else "—",
+        f"{two.rss:.0f}/{two.pss:.0f}" if two else "—",
+    ]
+
+
+def ratios_to(row: Row, base: Row) -> list[str]:
+    def rate(r: Row, p: int) -> float | None:
+        return r.drains[p].rate if p in r.drains else None
+
+    def rss(r: Row, p: int) -> float | None:
+        return r.drains[p].rss if p in r.drains else None
+
+    return [
+        row.system.label,
+        ratio(row.enqueue, base.enqueue),
+        ratio(row.bulk, base.bulk),
+        ratio(rate(row, 1), rate(base, 1)),
+        ratio(rate(row, 2), rate(base, 2)),
+        ratio(row.p50, base.p50),
+        ratio(row.p99, base.p99),
+        ratio(rss(row, 1), rss(base, 1)),
+        ratio(rss(row, 2), rss(base, 2)),
+    ]
+
+
+def handler_tables(handler: str, rows: list[Row], ctx: Context) -> list[str]:
+    threads = ctx.concurrency(handler)
+    lines = [
+        "",
+        f"== handler {handler}: {threads} threads a worker process (RQ: 1 job at a time), "
+        f"drains of {ctx.args.drain_tasks:,} tasks",
+    ]
+    lines += table([[*COLUMNS, *MEMORY_COLUMNS], *[values(row) for row in rows]])
+    huey = next((row for row in rows if row.system.name == "huey"), None)
+    if huey is not None:
+        lines += ["ratios to huey (rates: >1 is faster; latency and RSS: <1 is less):"]
+        lines += table(
+            [[*COLUMNS, "RSS 1p", "RSS 2p"], *[ratios_to(row, huey) for row in rows if row is not huey]]
+        )
+    if handler == "sleep":
+        ideal = threads / SLEEP_SECONDS
+        lines.append(
+            f"ideal: {threads} threads / 5 ms = {ideal:,.0f}/s a process ({2 * ideal:,.0f}/s with 2)"
+        )
+        for row in rows:
+            if 1 in row.drains and 2 in row.drains:
+                lines.append(
+                    f"  {row.system.label:<24} {row.drains[1].rate / ideal:6.1%} of the ideal with 1"
+                    f" process, {row.drains[2].rate / (2 * ideal):6.1%} with 2"
+                )
+    return lines
+
+
+def memory_lines(memories: list[Memory]) -> list[str]:
+    if not memories:
+        return []
+    rows = [["system", "pending tasks", "used_memory +", "bytes a task", "keys", "MEMORY USAGE a task"]]
+    for memory in memories:
+        rows.append(
+            [
+                memory.system.label,
+                f"{memory.tasks:,}",
+                f"{memory.used / 2**20:,.1f} MiB",
+                f"{memory.used / memory.tasks:,.0f}",
+                f"{memory.keys:,}",
+                f"{memory.key_bytes / memory.tasks:,.0f}",
+            ]
+        )
+    lines = ["", "== Redis memory per small pending task (empty, enqueued the fastest way)", *table(rows)]
+    lines.append("MEMORY USAGE a task, by key (the biggest four):")
+    for memory in memories:
+        biggest = sorted(memory.kinds.items(), key=lambda item: -item[1])[:4]
+        text = ", ".join(f"{kind} {size / memory.tasks:,.0f}" for kind, size in biggest)
+        lines.append(f"  {memory.system.label}: {text}")
+    return lines
+
+
+def find(rows: list[Row], system: str, handler: str) -> Row | None:
+    return next((r for r in rows if r.system.name == system and r.handler == handler), None)
+
+
+def median_of(rows: list[Row], system: str, value: Callable[[Row], float | None]) -> float | None:
+    """The median of a figure over the system's rows (one a handler), or None without any."""
+    found = [v for r in rows if r.system.name == system and (v := value(r)) is not None]
+    return statistics.median(found) if found else None
+
+
+def target_lines(rows: list[Row], memories: list[Memory], ctx: Context) -> list[str]:
+    """The comparisons issue 12 is judged on, each on one line (where the run has both sides)."""
+    lines = ["", "== issue 12's figures"]
+
+    def rate(row: Row | None, processes: int) -> float | None:
+        return row.drains[processes].rate if row and processes in row.drains else None
+
+    def both(a: float | None, b: float | None, text: str) -> None:
+        if a is not None and b is not None:
+            lines.append(text.format(a=a, b=b, r=a / b))
+
+    incr_dj, incr_huey = find(rows, "rtq-django", "incr"), find(rows, "huey", "incr")
+    for p in (1, 2):
+        both(
+            rate(incr_dj, p),
+            rate(incr_huey, p),
+            f"incr, {p} worker process{'es' if p > 1 else ''}: django.tasks {{a:,.0f}}/s vs huey {{b:,.0f}}/s"
+            " = {r:.2f}x",
+        )
+    ideal = ctx.args.sleep_concurrency / SLEEP_SECONDS
+    for name in ("rtq-django", "rtq"):
+        row = find(rows, name, "sleep")
+        for p in (1, 2):
+            both(
+                rate(row, p),
+                ideal * p,
+                f"sleep(0.005) at concurrency {ctx.args.sleep_concurrency}, {p} process"
+                f"{'es' if p > 1 else ''}, {row.system.label if row else name}: {{a:,.0f}}/s of the ideal"
+                " {b:,.0f}/s = {r:.1%}",
+            )
+    native, dj = find(rows, "rtq", "empty"), find(rows, "rtq-django", "empty")
+    both(
+        rate(dj, 1),
+        rate(native, 1),
+        "empty, 1 process: django.tasks {a:,.0f}/s vs @task {b:,.0f}/s = {r:.2f}x the native path",
+    )
+    both(
+        rate(native, 1),
+        rate(find(rows, "huey", "empty"), 1),
+        "empty, 1 process: django-rtq @task {a:,.0f}/s vs huey {b:,.0f}/s = {r:.2f}x",
+    )
+    # Enqueueing and the start of a task do not depend on its body: each handler's row is one
+    # more sample of the same figure, and their median is steadier than any one of them.
+    n_rows = len(ctx.args.handlers)
+    huey_enqueue = median_of(rows, "huey", lambda r: r.enqueue)
+    for name in ("rtq", "rtq-django"):
+        both(
+            median_of(rows, name, lambda r: r.enqueue),
+            huey_enqueue,
+            f"single enqueue (median of {n_rows} rows), {LABELS[name]}: {{a:,.0f}}/s vs huey {{b:,.0f}}/s"
+            " = {r:.2f}x",
+        )
+    bulk = median_of(rows, "rtq", lambda r: r.bulk)
+    if bulk is not None:
+        rq = median_of(rows, "rq", lambda r: r.bulk)
+        lines.append(
+            f"bulk enqueue_many (median of {n_rows} rows), django-rtq: {bulk:,.0f}/s in calls of"
+            f" {ctx.args.enqueue_tasks:,}" + (f" (RQ enqueue_many {rq:,.0f}/s)" if rq else "")
+        )
+    huey_p50, huey_p99 = median_of(rows, "huey", lambda r: r.p50), median_of(rows, "huey", lambda r: r.p99)
+    for name in ("rtq", "rtq-django"):
+        p50, p99 = median_of(rows, name, lambda r: r.p50), median_of(rows, name, lambda r: r.p99)
+        if p50 and p99 and huey_p50 and huey_p99:
+            lines.append(
+                f"latency at an idle worker (medians of {n_rows} rows), {LABELS[name]}: p50 {ms(p50)} ms,"
+                f" p99 {ms(p99)} ms vs huey p50 {ms(huey_p50)} ms, p99 {ms(huey_p99)} ms"
+                f" = {p50 / huey_p50:.2f}x and {p99 / huey_p99:.2f}x"
+            )
+    for memory in memories:
+        lines.append(
+            f"Redis memory per small pending task, {memory.system.label}:"
+            f" {memory.used / memory.tasks:,.0f} bytes"
+            f" (used_memory +{memory.used / 2**20:,.1f} MiB for {memory.tasks:,} tasks)"
+        )
+    return lines
+
+
+# --- the run ------------------------------------------------------------------------------
+
+
+def run(
+    args: argparse.Namespace, systems: list[System], redis_url: str, prefix: str, logs: Path
+) -> list[str]:
+    client = redis.Redis.from_url(redis_url)
+    ctx = Context(args, client, redis_url, prefix, logs)
+    drivers = {
+        s.name: Driver(s, system_env(s, redis_url, prefix), logs / f"driver-{s.name}.log", args.driver_cpu)
+        for s in systems
+    }
+    try:
+        lines = header_lines(systems, {name: d.hello for name, d in drivers.items()}, client)
+        lines.append(
+            f"bench: key prefix {prefix}; {args.enqueue_tasks:,} enqueues, drains of {args.drain_tasks:,}"
+            f" tasks (timed for at most {args.drain_seconds:g} s), {args.latency_tasks} latency tasks"
+            f" {args.latency_gap * 1000:g} ms apart, {args.memory_tasks:,} tasks for memory"
+        )
+        if args.redis_cpu is not None:
+            lines.append(
+                f"bench: redis-server kept on CPU {args.redis_cpu}, the enqueueing drivers on CPU"
+                f" {args.driver_cpu} (a client on another core); the workers go where the scheduler puts them"
+            )
+        for line in lines:
+            print(line, flush=True)
+        rows: list[Row] = []
+        started = time.monotonic()
+        for handler in args.handlers:  # every system in turn for one handler: drift spreads evenly
+            for system in systems:
+                row = measure_row(ctx, drivers[system.name], handler)
+                rows.append(row)
+                print(progress_line(row), flush=True)
+        memories = [measure_memory(ctx, drivers[system.name]) for system in systems]
+        summary: list[str] = []
+        for handler in args.handlers:
+            summary += handler_tables(handler, [r for r in rows if r.handler == handler], ctx)
+        summary += memory_lines(memories)
+        summary += [
+            "",
+            "* capped: timed for --drain-seconds, not to the last task.  ¹ RQ runs one job at a time per"
+            " process (SimpleWorker: no fork per job); its rows are 1 and 2 such processes.",
+            "bulk: django-rtq enqueue_many and RQ enqueue_many, one call of --enqueue-tasks tasks, building"
+            " them included; huey, Dramatiq, Celery (for plain tasks) and django.tasks have no bulk call.",
+            "RSS/PSS: the worker's whole process tree, after the drain (Dramatiq: its master too; django-rtq"
+            " with 2 processes: its supervisor too). RSS counts pages a forked child shares with its parent"
+            " in each; PSS divides them.",
+        ]
+        summary += target_lines(rows, memories, ctx)
+        summary.append(
+            f"bench: {time.monotonic() - started:.0f} s; load average now "
+            + ", ".join(f"{v:.2f}" for v in os.getloadavg())
+        )
+        for line in summary:
+            print(line, flush=True)
+        return lines + summary
+    finally:
+        for driver in drivers.values():
+            driver.close()
+
+
+def main() -> int:
+    args = parse_args()
+    systems = make_systems(args)
+    cpus = sorted(os.sched_getaffinity(0))
+    pin = not args.no_pin and len(cpus) >= 2
+    args.redis_cpu, args.driver_cpu = (cpus[0], cpus[1]) if pin else (None, None)
+    prefix = f"peersbench-{uuid.uuid4().hex[:10]}"
+    with (
+        tempfile.TemporaryDirectory(prefix="peersbench-logs-") as logs,
+        private_redis(args.redis_server, args.redis_cpu) as url,
+    ):
+        # bench.peers.common names its keys after these, in every process and in this one
+        os.environ.update(BENCH_REDIS_URL=url, BENCH_PREFIX=prefix)
+        sys.path.insert(0, str(REPO_ROOT))
+        try:
+            run(args, systems, url, prefix, Path(logs))
+        except Exception:
+            print(f"bench: failed; the logs: {logs}", flush=True)
+            for log in sorted(Path(logs).glob("*.log")):
+                tail = log.read_text(errors="replace").splitlines()[-15:]
+                if tail:
+                    print(f"--- {log.name} (last lines)\n" + "\n".join(tail), flush=True)
+            raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""django-rtq's side: the four handlers as django-rtq `@task`s and as `django.tasks` tasks run by
+`django_rtq.backends.RTQBackend`, and the driver's clients for both (bench/peers/driver.py).
+
+Settings: bench.peers.rtq_settings (this module is autodiscovered by the worker).
+"""
+
+from __future__ import annotations
+
+from django.tasks import task as django_task
+
+from bench.peers import common
+from django_rtq import enqueue_many, task
+
+DISTRIBUTIONS = ("django-rtq", "django", "redis", "hiredis", "psycopg")
+
+
+@task
+def empty(token: str = "") -> None:
+    common.run("empty", token)
+
+
+@task
+def incr(token: str = "") -> None:
+    common.run("incr", token)
+
+
+@task
+def orm(token: str = "") -> None:
+    common.run("orm", token)
+
+
+@task
+def sleep(token: str = "") -> None:
+    common.run("sleep", token)
+
+
+@django_task(queue_name="bench")
+def dj_empty(token: str = "") -> None:
+    common.run("empty", token)
+
+
+@django_task(queue_name="bench")
+def dj_incr(token: str = "") -> None:
+    common.run("incr", token)
+
+
+@django_task(queue_name="bench")
+def dj_orm(token: str = "") -> None:
+    common.run("orm", token)
+
+
+@django_task(queue_name="bench")
+def dj_sleep(token: str = "") -> None:
+    common.run("sleep", token)
+
+
+NATIVE = {"empty": empty, "incr": incr, "orm": orm, "sleep": sleep}
+DJANGO_TASKS = {"empty": dj_empty, "incr": dj_incr, "orm": dj_orm, "sleep": dj_sleep}
+
+
+class NativeClient:
+    """django-rtq's own API: `my_task.enqueue(...)`, and `enqueue_many` of prepared messages."""
+
+    bulk = "enqueue_many"
+
+    def enqueue(self, handler: str, token: str = "") -> None:
+        NATIVE[handler].enqueue(token)
+
+    def enqueue_many(self, handler: str, count: int) -> None:
+        task_type = NATIVE[handler]
+        enqueue_many([task_type.prepare("") for _ in range(count)])
+
+    def reset(self) -> None:
+        pass
+
+
+class DjangoTasksClient:
+    """Django's API, `my_task.enqueue(...)` of a `django.tasks` task: it has no bulk call."""
+
+    bulk = None
+
+    def enqueue(self, handler: str, token: str = "") -> None:
+        DJANGO_TASKS[handler].enqueue(token)
+
+    def reset(self) -> None:
+        pass
+
+
+CLIENTS = {"rtq": NativeClient(), "rtq-django": DjangoTasksClient()}
