@@ -58,6 +58,8 @@ STATUS_OF_STATE = {
 BACKEND_OPTIONS = {"MAX_RETRIES": "max_retries", "TIMEOUT": "timeout", "RETENTION": "retention"}
 #: `django.tasks` has no retries: unless a task or the backend's OPTIONS say otherwise, none.
 DEFAULT_MAX_RETRIES = 0
+#: Tasks whose task type a backend keeps once validated (more are rare: then it starts over).
+KNOWN_TASKS = 256
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -112,6 +114,9 @@ class RTQBackend(BaseTaskBackend):
             )
         self.task_defaults = {"max_retries": DEFAULT_MAX_RETRIES}
         self.task_defaults.update({BACKEND_OPTIONS[key]: value for key, value in self.options.items()})
+        # Tasks and backends are immutable: a task validated once stays valid, and its task
+        # type is the same every time. Kept per task, up to KNOWN_TASKS of them.
+        self._known_task_types: dict[Task, TaskType] = {}
 
     def validate_task(self, task: Task) -> None:
         super().validate_task(task)
@@ -120,13 +125,22 @@ class RTQBackend(BaseTaskBackend):
             register_task(task.rtq_task_type)
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
-        self.validate_task(task)
-        task_type = _task_type(task)
-        options: dict[str, Any] = {}
-        if task.run_after is not None:
-            options["process_at"] = task.run_after
+        known: dict[Task, TaskType] | None = self._known_task_types
         try:
-            message = build_message(task_type.using(**options), args, kwargs)
+            task_type = known.get(task)
+        except TypeError:  # an option of the task is not hashable: nothing kept
+            task_type = known = None
+        if task_type is None:
+            self.validate_task(task)
+            task_type = _task_type(task)
+            if known is not None:
+                if len(known) >= KNOWN_TASKS:
+                    known.clear()
+                known[task] = task_type
+        if task.run_after is not None:
+            task_type = task_type.using(process_at=task.run_after)
+        try:
+            message = build_message(task_type, args, kwargs)
         except InvalidTask as exc:
             raise DjangoInvalidTask(str(exc)) from exc
         get_broker().enqueue([message])
@@ -275,32 +289,31 @@ def _runner(task: RTQTask) -> Any:
     Django's task_started and task_finished signals around it."""
     func = task.func
 
-    def running_result() -> TaskResult:
+    def running_result(args: tuple, kwargs: dict) -> TaskResult:
         context = current_task()
         info = context.info if context else {}
         started = django_datetime(context.started_at) if context else None
+        first_started = info.get("started_at")  # set only once an earlier attempt ran
         return TaskResult(
             task=task,
             id=context.id if context else "",
             status=TaskResultStatus.RUNNING,
             enqueued_at=django_datetime(context.enqueued_at) if context else None,
-            started_at=django_datetime(info.get("started_at")) or started,
+            started_at=(django_datetime(first_started) or started) if first_started is not None else started,
             finished_at=None,
             last_attempted_at=started,
-            args=[],
-            kwargs={},
+            args=args,  # normalised to a list, as kwargs to a new dict, by TaskResult
+            kwargs=kwargs,
             backend=task.backend,
             errors=[
                 TaskError(exception_class_path=e.get("type") or "", traceback=e.get("traceback") or "")
-                for e in info.get("errors") or []
+                for e in info.get("errors") or ()
             ],
             worker_ids=[*info.get("workers", ()), context.worker_id if context else ""],
         )
 
     def started(args: tuple, kwargs: dict) -> tuple[TaskResult, tuple]:
-        result = running_result()
-        object.__setattr__(result, "args", list(args))
-        object.__setattr__(result, "kwargs", dict(kwargs))
+        result = running_result(args, kwargs)
         task_started.send(RTQBackend, task_result=result)
         return result, ((TaskContext(task_result=result), *args) if task.takes_context else args)
 

@@ -7,8 +7,8 @@ import inspect
 import json
 import math
 import re
+import secrets
 import time
-import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -291,7 +291,12 @@ def build_message(task_type: TaskType, args: Sequence[Any], kwargs: dict[str, An
 
     task_id = opts.get("task_id")
     if task_id is None:
-        task_id = str(uuid.uuid4())
+        # 22 URL-safe characters, 128 random bits (a uuid4 has 122): short enough for Redis'
+        # 32-byte allocations, and an id is stored three times (msg, state, the state's set).
+        # Never a leading "-", which the management commands would take for an option.
+        task_id = secrets.token_urlsafe(16)
+        while task_id[0] == "-":
+            task_id = secrets.token_urlsafe(16)
     elif not isinstance(task_id, str) or not TASK_ID_PATTERN.fullmatch(task_id):
         raise InvalidTask(f"task_id must be {TASK_ID_RULE}, not {task_id!r}.")
 

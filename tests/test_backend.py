@@ -205,6 +205,28 @@ def test_djangos_signals_and_rtqs_are_sent(mirroring, run_worker):
     ]
 
 
+def test_the_running_result_djangos_signals_carry_describes_the_run(mirroring, run_worker):
+    results = []
+
+    def on_started(sender, task_result, **kwargs):
+        results.append((task_result, task_result.status))
+
+    task_started.connect(on_started)
+    try:
+        enqueued = dtasks.multiply.enqueue(6, b=7)
+        with run_worker():
+            wait_status(enqueued, TaskResultStatus.SUCCESSFUL)
+    finally:
+        task_started.disconnect(on_started)
+    [(running, status)] = results
+    assert (running.id, status) == (enqueued.id, TaskResultStatus.RUNNING)
+    assert (running.args, running.kwargs) == ([6], {"b": 7})
+    assert running.enqueued_at == enqueued.enqueued_at
+    assert running.started_at is not None and running.started_at == running.last_attempted_at
+    assert len(running.worker_ids) == 1
+    assert running.errors == []
+
+
 def test_an_unknown_result_id_does_not_exist(mirroring):
     with pytest.raises(TaskResultDoesNotExist):
         dtasks.multiply.get_result("no-such-task")

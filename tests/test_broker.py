@@ -189,7 +189,7 @@ def test_enqueue_puts_a_task_in_pending(any_broker: Broker):
 
     assert ids_in(any_broker, SEARCH, TaskState.PENDING) == [task.id]
     assert state_of(any_broker, SEARCH, task.id) == "pending"
-    assert TaskMessage.from_json(column(any_broker, SEARCH, "msg", task.id)) == task
+    assert TaskMessage.from_json(column(any_broker, SEARCH, "msg", task.id), id=task.id, queue=SEARCH) == task
     assert any_broker.known_queues() == [SEARCH]
 
 

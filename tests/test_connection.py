@@ -176,7 +176,8 @@ def enqueue_and_claim(broker: Broker, queue: str = "default") -> None:
     broker.enqueue([message])
     claimed = broker.claim(queue, worker_id="test-worker", limit=10)
     assert [task.id for task in claimed] == [message.id]
-    assert claimed[0].raw_message and TaskMessage.from_json(claimed[0].raw_message) == message
+    assert claimed[0].raw_message
+    assert TaskMessage.from_json(claimed[0].raw_message, id=message.id, queue=queue) == message
 
 
 def test_plain_url(settings, prefix, redis_url, redis_client):

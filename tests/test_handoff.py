@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from django_rtq.broker import TaskState
+from django_rtq.broker import TaskMessage, TaskState
 from django_rtq.worker.server import Worker
 from tests.conftest import wait_for
 from tests.testapp import tasks
@@ -45,7 +43,8 @@ def test_an_idle_listening_worker_is_handed_the_task(broker, listener):
     assert broker.client.zcard(qk.pending) == 0
     received = wait_for(lambda: listener.get_message(timeout=0.1))
     task_id, run, body = received["data"].split("\n", 2)
-    assert task_id == message.id and run == "1" and json.loads(body)["id"] == message.id
+    assert task_id == message.id and run == "1"
+    assert TaskMessage.from_json(body, id=task_id, queue="default") == message
     assert broker.client.hget(qk.runs, message.id) == "1"  # its results are fenced like a claim's
     second = tasks.record.enqueue("queued")  # w1 is no longer idle: this one waits in pending
     assert broker.client.hget(qk.state, second.id) == TaskState.PENDING

@@ -205,60 +205,57 @@ class Broker:
         held. Each chunk of ENQUEUE_CHUNK tasks of a queue is all or nothing: the chunk holding
         that task is not written, the others are.
         """
+        if len(messages) == 1:
+            self._enqueue_one(messages[0])
+            return
         by_queue: dict[str, list[TaskMessage]] = defaultdict(list)
         for message in messages:
             by_queue[message.queue].append(message)
         calls: list[tuple[str, Sequence[str], Sequence[Any]]] = []
         chunks: list[list[TaskMessage]] = []
+        clock_arg = self.clock_arg()
         for queue, queued in by_queue.items():
             qk = self.queue(queue)
+            head = [clock_arg, qk.wake_channel, qk.handoff_prefix, self.lease_ms]
             for start in range(0, len(queued), ENQUEUE_CHUNK):
                 chunk = queued[start : start + ENQUEUE_CHUNK]
-                keys = [
-                    qk.msg,
-                    qk.state,
-                    qk.priority,
-                    qk.pending,
-                    qk.scheduled,
-                    qk.seq,
-                    qk.active,
-                    qk.owner,
-                    qk.idle,
-                    qk.paused,
-                    qk.runs,
-                ]
-                args: list[Any] = [self.clock_arg(), qk.wake_channel, qk.handoff_prefix, self.lease_ms]
+                keys = list(qk.enqueue_keys)
+                args = head.copy()
                 for message in chunk:
                     unique_index = 0
                     if message.unique_key:
                         keys.append(qk.unique(message.unique_key))
                         unique_index = len(keys)
-                    process_at_ms = int(message.process_at * 1000) if message.process_at else 0
-                    unique_ttl_ms = int((message.unique_ttl or 0) * 1000)  # 0: no expiry
-                    args += [
-                        message.id,
-                        message.to_json(),
-                        message.priority,
-                        process_at_ms,
-                        unique_index,
-                        unique_ttl_ms,
-                    ]
+                    args += _enqueue_args(message, unique_index)
                 calls.append(("enqueue", keys, args))
                 chunks.append(chunk)
         results = self._run_pipelined(calls)
         self.register_queues(by_queue)
         for chunk, (code, *rest) in zip(chunks, results, strict=True):
-            if code == 1:
-                message = chunk[rest[0] - 1]
-                raise TaskIdConflict(
-                    f"A task with id {message.id!r} already exists in queue {message.queue!r}."
-                )
-            if code == 2:
-                message = chunk[rest[0] - 1]
-                raise DuplicateTask(
-                    f"Task {message.task!r} with unique key {message.unique_key!r} is already queued "
-                    f"in queue {message.queue!r}."
-                )
+            if code:
+                raise _enqueue_refused(code, chunk[rest[0] - 1])
+
+    def _enqueue_one(self, message: TaskMessage) -> None:
+        """Enqueue one task (the common case): one script call, with the queue's keys as named
+        once, and none of the grouping and pipelining of many."""
+        qk = self.queue(message.queue)
+        keys = qk.enqueue_keys
+        unique_index = 0
+        if message.unique_key:
+            keys = (*keys, qk.unique(message.unique_key))
+            unique_index = len(keys)
+        args = (
+            self.clock_arg(),
+            qk.wake_channel,
+            qk.handoff_prefix,
+            self.lease_ms,
+            *_enqueue_args(message, unique_index),
+        )
+        code = self.run_script("enqueue", keys, args)[0]
+        if message.queue not in self._known_queues:
+            self.register_queues((message.queue,))
+        if code:
+            raise _enqueue_refused(code, message)
 
     def enqueue_periodic(self, message: TaskMessage, *, schedule: str, tick_ms: int) -> str:
         """Enqueue the task of one tick of a periodic schedule, once however many workers ask.
@@ -669,8 +666,11 @@ class Broker:
             return bool(self.client.ping())
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+
+
 def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
+    return _ENCODER.encode(value)
 
 
 def _unique_key_of(raw_message: str | None) -> str | None:
@@ -680,6 +680,28 @@ def _unique_key_of(raw_message: str | None) -> str | None:
     except (ValueError, AttributeError):
         return None
     return key if isinstance(key, str) else None
+
+
+def _enqueue_args(message: TaskMessage, unique_index: int) -> tuple[Any, ...]:
+    """The six arguments of one task to the enqueue script (see its header)."""
+    return (
+        message.id,
+        message.to_json(),
+        message.priority,
+        int(message.process_at * 1000) if message.process_at else 0,
+        unique_index,
+        int(message.unique_ttl * 1000) if message.unique_ttl else 0,  # 0: no expiry
+    )
+
+
+def _enqueue_refused(code: int, message: TaskMessage) -> Exception:
+    """The error of an enqueue script's reply {code, index}, for the task at that index."""
+    if code == 1:
+        return TaskIdConflict(f"A task with id {message.id!r} already exists in queue {message.queue!r}.")
+    return DuplicateTask(
+        f"Task {message.task!r} with unique key {message.unique_key!r} is already queued "
+        f"in queue {message.queue!r}."
+    )
 
 
 __all__ = ["Broker", "ClaimedTask", "Completion", "LuaScript", "utc_day"]

@@ -131,7 +131,8 @@ class Inspector:
             if head:
                 raw = self.client.hget(qk.msg, head[0])
                 try:
-                    oldest_age = max(0.0, self.broker.clock() - TaskMessage.from_json(raw).enqueued_at)
+                    message = TaskMessage.from_json(raw, id=head[0], queue=queue)
+                    oldest_age = max(0.0, self.broker.clock() - message.enqueued_at)
                 except (TypeError, ValueError):
                     oldest_age = None
         return QueueStats(
@@ -265,7 +266,7 @@ class Inspector:
             ids_scores, messages, infos, results, owners, progresses, workflows, strict=True
         ):
             try:
-                message = TaskMessage.from_json(raw) if raw else None
+                message = TaskMessage.from_json(raw, id=task_id, queue=queue) if raw else None
             except ValueError:
                 message = None
             tasks.append(

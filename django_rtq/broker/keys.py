@@ -8,8 +8,13 @@ that discover task ids at run time still only touch keys their caller declared.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
+
+#: The keys the enqueue script takes first (KEYS[1..11] of enqueue.lua), as QueueKeys names them.
+ENQUEUE_KEYS = (
+    "msg", "state", "priority", "pending", "scheduled", "seq", "active", "owner", "idle", "paused", "runs",
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +23,11 @@ class QueueKeys:
 
     name: str
     prefix: str  # rtq:{<queue>}:
+    # ENQUEUE_KEYS of this queue, named once: every enqueue sends them
+    enqueue_keys: tuple[str, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "enqueue_keys", tuple(self.prefix + name for name in ENQUEUE_KEYS))
 
     # Sorted sets of task ids
     @property

@@ -121,7 +121,7 @@ def _with_unique_keys(broker: Broker, queue: str, task_ids: list[str], keys: lis
     for task_id, raw in zip(task_ids, raws, strict=True):
         index = 0
         try:
-            unique_key = TaskMessage.from_json(raw).unique_key if raw else None
+            unique_key = TaskMessage.from_json(raw, id=task_id, queue=queue).unique_key if raw else None
         except ValueError:
             unique_key = None
         if unique_key:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 #: Highest and lowest priority; higher runs first (the range of `django.tasks`).
@@ -34,19 +34,31 @@ class TaskMessage:
     position: int | str | None = None  # the child's place in its workflow
 
     def to_json(self) -> str:
-        return _ENCODER.encode({name: getattr(self, name) for name in _FIELD_NAMES})
+        """The message as stored: its fields in declaration order, leaving out the id and the
+        queue (its reader knows them: the msg hash's field, the key's hash tag) and those that
+        hold their default (from_json puts them back), but enqueued_at (see _ALWAYS_STORED)."""
+        data = {"task": self.task}
+        for name, default in _OPTIONAL_FIELDS:
+            value = getattr(self, name)
+            if value != default or name in _ALWAYS_STORED:
+                data[name] = value
+        return _ENCODER.encode(data)
 
     @classmethod
-    def from_json(cls, raw: str | bytes) -> TaskMessage:
-        """Parse a stored message; raise ValueError if it is not one, or a field is of a wrong
-        type or out of its range."""
+    def from_json(cls, raw: str | bytes, *, id: str, queue: str) -> TaskMessage:
+        """Parse a stored message of the task `id` of `queue`, compact (as to_json writes it) or
+        with every field, the id and queue among them (as earlier versions did: the id and queue
+        given win over those); raise ValueError if it is not one, or a field is of a wrong type
+        or out of its range. A field left out holds its default."""
         if isinstance(raw, str) and not raw.isascii() and not _is_utf8(raw):
             raise ValueError("task message is not UTF-8")
         data = json.loads(raw)
         if not isinstance(data, dict):
             raise ValueError("task message is not a JSON object")
+        data.pop("id", None)
+        data.pop("queue", None)
         try:
-            message = cls(**data)
+            message = cls(id=id, queue=queue, **data)
         except TypeError as exc:
             raise ValueError(f"task message has unexpected fields: {exc}") from None
         for name, value in data.items():  # JSON gives exact types: a bool is not an int here
@@ -61,7 +73,15 @@ class TaskMessage:
         return message
 
 
-_FIELD_NAMES = tuple(f.name for f in fields(TaskMessage))
+#: The fields that have a default (all but id, task and queue), in order, each with its default.
+_OPTIONAL_FIELDS: tuple[tuple[str, Any], ...] = tuple(
+    (f.name, f.default_factory() if f.default is MISSING else f.default)
+    for f in fields(TaskMessage)
+    if f.default is not MISSING or f.default_factory is not MISSING
+)
+#: Stored even at its default: the ORM mirror reads the stored JSON itself, and takes a missing
+#: enqueued_at for an unknown time but 0.0 for the epoch.
+_ALWAYS_STORED = frozenset({"enqueued_at"})
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 _NUMBER = (int, float)
 _OPTIONAL_NUMBER = (int, float, type(None))

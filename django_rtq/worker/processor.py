@@ -504,7 +504,7 @@ class Processor:
         if claimed.raw_message is None:
             raise Unrunnable(None) from NonRetryableError("the task's message is missing")
         try:
-            message = TaskMessage.from_json(claimed.raw_message)
+            message = TaskMessage.from_json(claimed.raw_message, id=claimed.id, queue=claimed.queue)
         except ValueError as exc:
             raise Unrunnable(None) from NonRetryableError(f"the task's payload is corrupt: {exc}")
         task_type = find_task_type(message.task)

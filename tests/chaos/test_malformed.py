@@ -365,7 +365,6 @@ MESSAGE_CATALOGUE = [
     replace_with("message missing", None),
     edit_message("message with unexpected field colour", lambda data: data.__setitem__("colour", "red")),
     drop_field("task"),
-    drop_field("id"),
     set_field("timeout", "5"),
     set_field("args", {}),
     set_field("kwargs", []),
@@ -376,8 +375,6 @@ MESSAGE_CATALOGUE = [
     set_field("task", None),
     set_field("task", 5),
     set_field("task", "tests.testapp.tasks.no_such_task"),
-    set_field("id", 5),
-    set_field("queue", []),
     set_field("enqueued_at", "yesterday"),
     set_field("process_at", "later"),
     set_field("unique_key", 5),
@@ -399,11 +396,10 @@ NOT_A_STRING = st.one_of(NULL, BOOL, INT, FRACTION, LIST, OBJECT)
 NOT_A_NUMBER = st.one_of(BOOL, TEXT, LIST, OBJECT)
 OPTIONAL_STRING = st.one_of(BOOL, INT, FRACTION, LIST, OBJECT)
 
-#: For each message field, values it must not have.
+#: For each message field, values it must not have. The id and the queue are not stored (a
+#: stored one, from an earlier version, is ignored: see tests/test_message_storage.py).
 WRONG_MESSAGE_VALUES = {
-    "id": NOT_A_STRING,
     "task": NOT_A_STRING,
-    "queue": NOT_A_STRING,
     "args": st.one_of(NULL, BOOL, INT, TEXT, OBJECT),
     "kwargs": st.one_of(NULL, BOOL, INT, TEXT, LIST),
     "priority": st.one_of(NULL, NOT_A_NUMBER, FRACTION, st.integers(101, 10**6), st.integers(-(10**6), -101)),
@@ -442,7 +438,7 @@ bad_messages = st.one_of(
     st.tuples(st.text(min_size=1, max_size=8).filter(lambda k: k not in MESSAGE_FIELDS), SCALAR).map(
         lambda kv: edit_message(f"message with unexpected field {kv[0]!r}", lambda d: d.__setitem__(*kv))
     ),
-    st.sampled_from(["id", "task", "queue"]).map(drop_field),
+    st.just(drop_field("task")),
     st.sampled_from(sorted(WRONG_MESSAGE_VALUES)).flatmap(
         lambda name: WRONG_MESSAGE_VALUES[name].map(lambda value: set_field(name, value))
     ),

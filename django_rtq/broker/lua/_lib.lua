@@ -9,12 +9,30 @@ local function clock_now(arg)
   return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
 
+-- Arguments one command takes at most from a list (Lua's unpack is bounded by its C stack).
+local UNPACK_LIMIT = 1000
+
+-- Call a command once per UNPACK_LIMIT items of `items`, each call taking `key` and that slice;
+-- return the replies joined (for a command that answers with one reply per item, like HMGET).
+local function call_for_all(command, key, items)
+  local replies = {}
+  for i = 1, #items, UNPACK_LIMIT do
+    local reply = redis.call(command, key, unpack(items, i, math.min(i + UNPACK_LIMIT - 1, #items)))
+    if type(reply) == 'table' then
+      for _, value in ipairs(reply) do replies[#replies + 1] = value end
+    end
+  end
+  return replies
+end
+
 -- A pending task's score: its priority band, then FIFO order within the band.
 -- (100 - priority) * 10^13 + seq stays an exact integer in a double for any seq < 10^13.
 local PRIORITY_BAND = 10000000000000
 
-local function push_pending(pending, seq, priority_hash, state_hash, id, front)
-  local priority = tonumber(redis.call('HGET', priority_hash, id) or '0')
+-- Put a task in pending, at the end of its priority band or (`front`) at its head. `priority` is
+-- the task's when the caller knows it; nil reads it from priority_hash.
+local function push_pending(pending, seq, priority_hash, state_hash, id, front, priority)
+  priority = priority or tonumber(redis.call('HGET', priority_hash, id) or '0')
   local order = 0
   if not front then order = redis.call('INCR', seq) end
   redis.call('ZADD', pending, (100 - priority) * PRIORITY_BAND + order, id)
@@ -52,9 +70,10 @@ local function take_for_settling(t, id, worker, run)
   return false
 end
 
--- Tell idle workers when pending goes from empty to non-empty.
-local function wake(pending, channel, count_before)
-  if count_before == 0 and redis.call('ZCARD', pending) > 0 then
+-- Tell idle workers when pending goes from empty to non-empty. `count_after` is pending's size
+-- now when the caller knows it; nil reads it.
+local function wake(pending, channel, count_before, count_after)
+  if count_before == 0 and (count_after or redis.call('ZCARD', pending)) > 0 then
     redis.call('PUBLISH', channel, '1')
   end
 end
@@ -148,12 +167,21 @@ end
 -- channel, the hand-off channel prefix and the lease (ms) of a handed-off task, in this order.
 -- `runs` is the key of the queue's runs hash: a script that does not declare it hands nothing
 -- to idle workers (they are woken and claim instead).
+-- `now` is read on first use, so that TIME is called only when a task needs it (a process-at
+-- time, a hand-off). A script that sets `pending_size` (pending's size, read before it adds
+-- tasks) has it kept up to date by add_task, and spares hand_off a ZCARD per task.
 local function enqueue_context(runs)
-  return {
+  return setmetatable({
     msg = KEYS[1], state = KEYS[2], priority = KEYS[3], pending = KEYS[4], scheduled = KEYS[5],
     seq = KEYS[6], active = KEYS[7], owner = KEYS[8], idle = KEYS[9], paused = KEYS[10], runs = runs,
-    now = clock_now(ARGV[1]), channel = ARGV[2], handoff_prefix = ARGV[3], lease = tonumber(ARGV[4]),
-  }
+    channel = ARGV[2], handoff_prefix = ARGV[3], lease = tonumber(ARGV[4]),
+  }, {__index = function(q, name)
+    if name == 'now' then
+      local now = clock_now(ARGV[1])
+      rawset(q, 'now', now)
+      return now
+    end
+  end})
 end
 
 -- Hand a task to an idle worker if one is listening; return whether it was. PUBLISH counts
@@ -163,8 +191,8 @@ end
 -- run, started at once (a worker registers as idle only while it has free threads, and gives
 -- back a task it has no room for).
 local function hand_off(q, id, body)
-  if not q.runs or redis.call('ZCARD', q.idle) == 0 or redis.call('ZCARD', q.pending) > 0
-      or redis.call('EXISTS', q.paused) == 1 then
+  if not q.runs or (q.pending_size or redis.call('ZCARD', q.pending)) > 0
+      or redis.call('ZCARD', q.idle) == 0 or redis.call('EXISTS', q.paused) == 1 then
     return false
   end
   redis.call('ZREMRANGEBYSCORE', q.idle, '-inf', q.now)
@@ -195,11 +223,12 @@ local function add_task(q, id, body, priority, process_at, lock, lock_ttl)
       redis.call('SET', lock, id)
     end
   end
-  if process_at > q.now then
+  if process_at > 0 and process_at > q.now then
     redis.call('ZADD', q.scheduled, process_at, id)
     redis.call('HSET', q.state, id, 'scheduled')
   elseif not hand_off(q, id, body) then
-    push_pending(q.pending, q.seq, q.priority, q.state, id, false)
+    push_pending(q.pending, q.seq, q.priority, q.state, id, false, priority)
+    if q.pending_size then q.pending_size = q.pending_size + 1 end
   end
 end
 

@@ -40,11 +40,12 @@ for i = FIRST, #ARGV, FIELDS do
 end
 
 local pending_before = redis.call('ZCARD', q.pending)
+q.pending_size = pending_before
 for i = FIRST, #ARGV, FIELDS do
   local unique_index = tonumber(ARGV[i + 4])
   local lock = nil
   if unique_index > 0 then lock = KEYS[unique_index] end
   add_task(q, ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), lock, tonumber(ARGV[i + 5]))
 end
-wake(q.pending, q.channel, pending_before)
+wake(q.pending, q.channel, pending_before, q.pending_size)
 return {0}

@@ -1,0 +1,196 @@
+"""Enqueue cost: one-by-one (`@task` and `django.tasks`), bulk, and Redis bytes per pending task.
+
+Run from the repository root (a script, not a test):
+
+    python bench/enqueue.py [--tasks 20000] [--bulk-tasks 20000] [--memory-tasks 100000]
+                            [--repeat 3] [--redis-url redis://127.0.0.1:6379/0]
+
+Each line is a rate against the floor, a loop of PING on the same redis-py connection. Each
+measure runs `--repeat` times and the best run is printed. Memory is measured with `MEMORY USAGE`
+of the queue's msg, state, pending and priority keys, and with `INFO memory` used_memory before
+and after (server-wide: other clients of the same Redis add noise). The run uses a key prefix of
+its own ("rtqbench-enq-<random>") and deletes its keys at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+import uuid
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+QUEUE = "bench"
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", type=int, default=20000, help="tasks enqueued one by one per measure")
+    parser.add_argument("--bulk-tasks", type=int, default=20000, help="tasks of one enqueue_many call")
+    parser.add_argument(
+        "--memory-tasks", type=int, default=100000, help="pending tasks whose memory is measured"
+    )
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each measure; the best is printed")
+    parser.add_argument("--redis-url", default=os.environ.get("RTQ_REDIS_URL") or "redis://127.0.0.1:6379/0")
+    return parser.parse_args()
+
+
+def setup_django(redis_url: str, prefix: str) -> None:
+    here = str(Path(__file__).resolve().parent)
+    sys.path[:] = [p for p in sys.path if p and Path(p).resolve() != Path(here)]
+    sys.path.insert(0, str(REPO_ROOT))
+    import django
+    from django.conf import settings
+
+    settings.configure(
+        SECRET_KEY="bench-only",
+        USE_TZ=True,
+        INSTALLED_APPS=["django_rtq"],
+        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
+        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
+        RTQ={"REDIS_URL": redis_url, "KEY_PREFIX": prefix, "QUEUES": {QUEUE: 1}, "DEFAULT_QUEUE": QUEUE},
+        TASKS={"default": {"BACKEND": "django_rtq.backends.RTQBackend", "QUEUES": [QUEUE]}},
+    )
+    django.setup()
+
+
+def noop() -> None:
+    """The task enqueued: no arguments, the default options (a small task)."""
+
+
+def django_noop() -> None:
+    """The same as a `django.tasks` task."""
+
+
+def delete_keys(client, pattern: str) -> None:
+    batch: list[str] = []
+    for key in client.scan_iter(match=pattern, count=1000):
+        batch.append(key)
+        if len(batch) >= 1000:
+            client.delete(*batch)
+            batch.clear()
+    if batch:
+        client.delete(*batch)
+
+
+def best_rate(runs: int, count: int, measure) -> tuple[float, float]:
+    """The best of `runs` runs of `measure()` (which does `count` things): (per second, µs each)."""
+    best = min(measure() for _ in range(runs))
+    return count / best, best / count * 1e6
+
+
+def line(what: str, count: int, per_second: float, micros: float, floor: float | None = None) -> str:
+    text = f"{what}: {count} in a run, best {per_second:,.0f}/s = {micros:.1f} µs each"
+    if floor:
+        text += f" ({micros / floor:.2f} times the PING floor)"
+    return text
+
+
+def timed(count: int, call, before=None):
+    def measure() -> float:
+        if before:
+            before()
+        start = time.perf_counter()
+        for _ in range(count):
+            call()
+        return time.perf_counter() - start
+
+    return measure
+
+
+def memory_lines(client, broker, task_type, count: int, clear_queue) -> list[str]:
+    from django_rtq import enqueue_many
+
+    clear_queue()
+    messages = [task_type.prepare() for _ in range(count)]
+    qk = broker.queue(QUEUE)
+    before = client.info("memory")["used_memory"]
+    for start in range(0, count, 10000):
+        enqueue_many(messages[start : start + 10000])
+    after = client.info("memory")["used_memory"]
+    keys = {"msg": qk.msg, "state": qk.state, "pending": qk.pending, "priority": qk.priority}
+    usage = {name: client.memory_usage(key, samples=0) or 0 for name, key in keys.items()}
+    stored = client.hget(qk.msg, messages[0].id)
+    clear_queue()
+    return [
+        f"memory: {count} pending tasks, INFO used_memory +{after - before:,} B = "
+        f"{(after - before) / count:.0f} B/task",
+        "memory: MEMORY USAGE per task: "
+        + ", ".join(f"{name} {size / count:.0f} B" for name, size in usage.items())
+        + f"; together {sum(usage.values()) / count:.0f} B/task",
+        f"memory: a task id, {len(messages[0].id)} bytes: {messages[0].id}; "
+        f"its stored message, {len(stored)} bytes: {stored}",
+    ]
+
+
+def main() -> int:
+    args = parse_args()
+    prefix = f"rtqbench-enq-{uuid.uuid4().hex[:10]}"
+    setup_django(args.redis_url, prefix)
+    import django
+    import redis
+
+    try:
+        from django.tasks import task as django_task
+    except ImportError:  # Django 5.2 with the django-tasks backport
+        from django_tasks import task as django_task
+
+    from django_rtq import enqueue_many, get_broker, task
+    from django_rtq.registry import build_message
+
+    rtq_noop = task(noop)
+    dj_noop = django_task(queue_name=QUEUE)(django_noop)
+    broker = get_broker()
+    client = broker.client
+
+    def clear_queue() -> None:
+        delete_keys(client, broker.keys.queue_prefix(QUEUE) + "*")
+
+    try:
+        print(
+            f"bench: Python {platform.python_version()}, Django {django.get_version()}, redis-py "
+            f"{redis.__version__}, Redis {client.info('server')['redis_version']}, "
+            f"load average {os.getloadavg()[0]:.2f}",
+            flush=True,
+        )
+        rtq_noop.enqueue()  # loads the scripts, registers the queue
+        dj_noop.enqueue()
+        clear_queue()
+        n = args.tasks
+        ping = best_rate(args.repeat, n, timed(n, client.ping))
+        print(line("PING floor (redis-py, one connection)", n, *ping), flush=True)
+        floor = ping[1]
+        built = best_rate(args.repeat, n, timed(n, lambda: build_message(rtq_noop, (), {})))
+        print(line("build_message only (no I/O)", n, *built), flush=True)
+        native = best_rate(args.repeat, n, timed(n, rtq_noop.enqueue, clear_queue))
+        print(line("enqueue one by one, @task .enqueue()", n, *native, floor), flush=True)
+        backend = best_rate(args.repeat, n, timed(n, dj_noop.enqueue, clear_queue))
+        print(line("enqueue one by one, django.tasks .enqueue()", n, *backend, floor), flush=True)
+
+        bulk_n = args.bulk_tasks
+
+        def bulk_once() -> float:
+            clear_queue()
+            messages = [rtq_noop.prepare() for _ in range(bulk_n)]
+            start = time.perf_counter()
+            enqueue_many(messages)
+            return time.perf_counter() - start
+
+        rate_, micros = best_rate(args.repeat, bulk_n, bulk_once)
+        print(
+            f"enqueue bulk, enqueue_many of {bulk_n} prepared messages: best {rate_:,.0f}/s = "
+            f"{micros:.1f} µs each",
+            flush=True,
+        )
+        for text in memory_lines(client, broker, rtq_noop, args.memory_tasks, clear_queue):
+            print(text, flush=True)
+        return 0
+    finally:
+        delete_keys(client, prefix + ":*")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
