@@ -233,3 +233,37 @@ def test_a_script_over_two_queues_fails_with_crossslot(redis_cluster: Cluster, c
             node.eval(source, len(keys), *keys, *args)
     with pytest.raises(RedisClusterException, match="same key slot"):
         cluster_broker.run_script("requeue", keys, args)
+
+
+def test_one_task_enqueued_alone_passes_what_the_header_declares_in_one_slot(
+    any_broker: Broker, monkeypatch: pytest.MonkeyPatch
+):
+    calls = record_script_calls(any_broker, monkeypatch)
+    any_broker.enqueue([message(EMAILS)])
+    any_broker.enqueue([message(EMAILS, unique_key="alone", unique_ttl=60)])
+
+    script = SCRIPTS["enqueue"]
+    assert [call.script for call in calls] == [script, script]
+    for call in calls:
+        check_count("enqueue KEYS", len(call.keys), script.fixed_keys, script.variadic_keys)
+        check_count("enqueue ARGV", len(call.args), script.fixed_args, script.variadic_args, per_task(script))
+        assert len({key_slot(key.encode()) for key in call.keys}) == 1
+    assert calls[1].keys[-1] == any_broker.queue(EMAILS).unique("alone")
+
+
+def test_each_script_carries_the_helpers_it_uses_and_no_others():
+    from django_rtq.broker.scripts import LUA_DIR, _helpers
+
+    helpers = dict(_helpers((LUA_DIR / "_lib.lua").read_text()))
+    scripts = load_scripts()
+    for name, script in scripts.items():
+        body = (LUA_DIR / f"{name}.lua").read_text()
+        defined = {helper for helper in helpers if helper and helpers[helper] in script.source}
+        for helper in defined | {""}:
+            for other in helpers:
+                text = body if helper == "" else helpers[helper]
+                if other and re.search(rf"\b{other}\b", text):
+                    assert other in defined, f"{name}.lua uses {other} but lacks it"
+    assert "local function archive_task" not in scripts["claim"].source
+    assert "local function take_for_settling" in scripts["fail"].source
+    assert "local function hand_off" in scripts["enqueue"].source

@@ -439,3 +439,21 @@ def test_a_handler_can_read_its_own_task(run_worker, inspector):
     from django_rtq import current_task
 
     assert current_task() is None
+
+
+def test_a_worker_holds_more_tasks_while_they_are_short_and_fewer_once_they_are_long(broker, redis_client):
+    from django_rtq.worker.processor import SHORT_TASKS_BUFFER
+
+    worker = Worker(broker=broker, queues={"default": 1}, concurrency=2)
+    worker.start()
+    try:
+        for i in range(50):
+            tasks.record.enqueue("short", i)
+        wait_for(lambda: len(reports(redis_client, "short")) == 50, message="the short tasks")
+        assert worker.processor.capacity == SHORT_TASKS_BUFFER * 2
+
+        tasks.block.enqueue("long", 0.3)  # gives up after 0.3 s: longer than a short task
+        wait_for(lambda: reports(redis_client, "long") == ["gave up"], message="the long task")
+        wait_for(lambda: worker.processor.capacity == 2 * 2, message="the buffer to shrink")
+    finally:
+        worker.stop()

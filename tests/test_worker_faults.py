@@ -73,13 +73,17 @@ def test_a_handler_that_ignores_the_shutdown_keeps_its_task(broker, inspector, r
 
 
 def test_a_task_handed_to_a_worker_that_filled_up_is_given_back(broker, inspector, redis_client):
-    tasks.hold.enqueue("busy")
-    tasks.hold.enqueue("waiting")  # with one thread, a worker holds two tasks: it is full
     worker = Worker(broker=broker, queues={"default": 1}, concurrency=1)
+    waiting = [f"waiting-{i}" for i in range(worker.processor.capacity - 1)]
+    tasks.hold.enqueue("busy")
+    for name in waiting:  # with these, the worker holds all it may: it is full
+        tasks.hold.enqueue(name)
     worker.start()
     try:
         started(redis_client, "busy")
-        wait_for(lambda: worker.processor._queued == 1, message="the second task to wait in memory")
+        wait_for(
+            lambda: worker.processor._queued == len(waiting), message="the other tasks to wait in memory"
+        )
         qk = broker.queue("default")
         # As if its last claim had come back short just before it filled up.
         broker.client.zadd(qk.idle, {worker.id: broker.server_now_ms() + 60_000})
@@ -90,8 +94,8 @@ def test_a_task_handed_to_a_worker_that_filled_up_is_given_back(broker, inspecto
             message="the hand-off given back",
         )
         assert broker.client.hget(qk.owner, handed.id) is None
-        redis_client.set(tasks.report_key("release:busy"), "1")
-        redis_client.set(tasks.report_key("release:waiting"), "1")
+        for name in ["busy", *waiting]:
+            redis_client.set(tasks.report_key(f"release:{name}"), "1")
         wait_for(lambda: reports(redis_client, "handed") == ["1"], message="the given-back task to run")
     finally:
         worker.stop()

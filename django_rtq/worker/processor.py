@@ -39,6 +39,7 @@ from .subscriber import POLL_SECONDS, Subscriber
 from .syncer import Syncer, SyncRequest
 
 logger = logging.getLogger(__name__)
+_RESULT_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 
 #: Outcomes settled in one round trip at most.
 SETTLE_BATCH = 1000
@@ -59,6 +60,13 @@ MAX_FAILURE_BACKOFF = 30.0
 FULL_POLL_SECONDS = 0.05
 #: Seconds running handlers get to stop once shutdown interrupts them.
 SHUTDOWN_STOP_GRACE = 2.0
+#: Handlers shorter than this (seconds, on average of late) make a worker hold more tasks:
+#: SHORT_TASKS_BUFFER times its concurrency rather than twice (a task then waits in memory for
+#: a few of these durations at most).
+SHORT_TASK_SECONDS = 0.05
+SHORT_TASKS_BUFFER = 4
+#: Weight of the latest handler's duration in the moving average of durations.
+RUN_SECONDS_WEIGHT = 0.2
 #: Share of the lease kept in hand: a worker that could not renew its leases for the rest of
 #: it stops its running tasks before the lease can expire and another worker run them.
 LEASE_SAFETY = 0.2
@@ -98,9 +106,8 @@ class Processor:
         self.drained = threading.Event()
 
         self._cond = threading.Condition()
-        # Tasks claimed and not yet finished running. Up to `capacity` may be held: a thread's
-        # worth of tasks beyond `concurrency` waits in memory, so claims come in batches.
-        self.capacity = 2 * concurrency
+        # How long handlers took of late (seconds, a moving average): sets the capacity.
+        self._recent_run_seconds = 0.0
         self._in_flight = 0
         #: Called after settling outcomes that wrote workflow commands (set by the server).
         self.on_commands: Callable[[], None] = lambda: None
@@ -244,6 +251,16 @@ class Processor:
 
     def _start_executor(self) -> None:
         self._threads.append(self._start_thread(self._executor_loop, f"rtq-exec-{len(self._threads)}"))
+
+    @property
+    def capacity(self) -> int:
+        """How many claimed tasks not yet finished the worker may hold: those beyond its
+        threads wait in memory, so claims come in batches. Short tasks get a deeper buffer (a
+        claim's round trip then costs more than the work it brings); long ones a shallow one,
+        since a task waiting in one worker's memory is not run by another that is idle."""
+        if self._recent_run_seconds < SHORT_TASK_SECONDS:
+            return SHORT_TASKS_BUFFER * self.concurrency
+        return 2 * self.concurrency
 
     # What the heartbeater and the subscriber ask of the processor
 
@@ -574,7 +591,7 @@ class Processor:
             else:
                 result = job.task_type.func(*job.message.args, **job.message.kwargs)
             try:
-                outcome.result_json = json.dumps(result, separators=(",", ":"), allow_nan=False)
+                outcome.result_json = _RESULT_ENCODER.encode(result)
             except (TypeError, ValueError) as exc:
                 raise NonRetryableError(f"the task's return value is not JSON-serializable: {exc}") from exc
             send_robust(signals.task_succeeded, job.task_type, message=job.message, result=result)
@@ -589,6 +606,10 @@ class Processor:
         finally:
             close_old_connections()
         outcome.finished_at = time.time()
+        # Unlocked: a lost update of a moving average is harmless.
+        self._recent_run_seconds += (outcome.finished_at - job.started_at - self._recent_run_seconds) * (
+            RUN_SECONDS_WEIGHT
+        )
         with self._cond:
             if not job.settle:  # stopped by the shutdown, or its lease was lost: not ours to settle
                 job.state = JobState.STOPPED
@@ -654,7 +675,10 @@ class Processor:
         self._in_flight -= 1
         if not self._in_flight:
             self._idle_since = time.monotonic()
-        self._cond.notify_all()
+        # Only what a waiter waits for: room for the fetcher to claim, or nothing left running
+        # for stop(). Waking the fetcher at every task's end costs a thread switch each.
+        if self._should_claim() or not self._running:
+            self._cond.notify_all()
 
     # Timeouts, deadlines, cancellation and lost leases
 

@@ -33,19 +33,32 @@ local limit, start_now, idle_for = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumbe
 redis.call('ZREM', idle, worker)
 if redis.call('EXISTS', paused) == 1 then return {} end
 local popped = redis.call('ZPOPMIN', pending, limit)
-local reply = {}
+local ids, leases, states, owners = {}, {}, {}, {}
 for i = 1, #popped, 2 do
-  local id = popped[i]
-  redis.call('ZADD', active, now + lease, id)
-  redis.call('HSET', state, id, 'active')
-  redis.call('HSET', owner, id, worker)
-  if (i + 1) / 2 > start_now then redis.call('SADD', unstarted, id) end
-  reply[#reply + 1] = id
-  reply[#reply + 1] = redis.call('HGET', msg, id)
-  reply[#reply + 1] = redis.call('HGET', info, id)
-  reply[#reply + 1] = redis.call('HINCRBY', runs, id, 1)
+  local id, n = popped[i], #ids
+  ids[n + 1] = id
+  leases[2 * n + 1], leases[2 * n + 2] = now + lease, id
+  states[2 * n + 1], states[2 * n + 2] = id, 'active'
+  owners[2 * n + 1], owners[2 * n + 2] = id, worker
 end
-if #popped / 2 < limit and idle_for > 0 then
+local reply = {}
+if #ids > 0 then
+  -- One command per column for the whole batch: far cheaper than one per task.
+  call_for_all('ZADD', active, leases)
+  call_for_all('HSET', state, states)
+  call_for_all('HSET', owner, owners)
+  local waiting = {}
+  for k = start_now + 1, #ids do waiting[#waiting + 1] = ids[k] end
+  if #waiting > 0 then call_for_all('SADD', unstarted, waiting) end
+  local messages, infos = call_for_all('HMGET', msg, ids), call_for_all('HMGET', info, ids)
+  for k, id in ipairs(ids) do
+    reply[#reply + 1] = id
+    reply[#reply + 1] = messages[k]
+    reply[#reply + 1] = infos[k]
+    reply[#reply + 1] = redis.call('HINCRBY', runs, id, 1)
+  end
+end
+if #ids < limit and idle_for > 0 then
   redis.call('ZADD', idle, now + idle_for, worker)
 end
 return reply

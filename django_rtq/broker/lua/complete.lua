@@ -48,10 +48,29 @@ local function first_attempt_info(times)
     ',"worker":' .. worker_json .. ',"workers":[' .. worker_json .. ']}'
 end
 
+-- Which tasks this batch may settle (see take_for_settling in _lib.lua), read for the whole
+-- batch at once. A task named twice is settled once: after the first, it is no longer there.
+local ids = {}
+for i = 5, #ARGV, FIELDS do ids[#ids + 1] = ARGV[i] end
+local run_now, state_now = call_for_all('HMGET', t.runs, ids), call_for_all('HMGET', state, ids)
+local owner_now = call_for_all('HMGET', owner, ids)
+local taken, from_active, from_pending, from_retry, dropped = {}, {}, {}, {}, {}
+
 local settled = 0
-for i = 5, #ARGV, FIELDS do
-  local id = ARGV[i]
-  if take_for_settling(t, id, worker, ARGV[i + 1]) then
+for n, id in ipairs(ids) do
+  local i = 5 + (n - 1) * FIELDS
+  local was = state_now[n]
+  local ours = not taken[id] and run_now[n] == ARGV[i + 1] and (
+    (was == 'active' and owner_now[n] == worker) or was == 'pending' or was == 'retry')
+  if ours then
+    taken[id] = true
+    if was == 'active' then
+      from_active[#from_active + 1] = id
+    elseif was == 'pending' then
+      from_pending[#from_pending + 1] = id
+    else
+      from_retry[#from_retry + 1] = id
+    end
     local info_json, result_json, notice = ARGV[i + 2], ARGV[i + 3], ARGV[i + 6]
     local retention, unique_index = tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
     if (mirror or retention > 0) and string.sub(info_json, 1, 1) ~= '{' then
@@ -64,21 +83,35 @@ for i = 5, #ARGV, FIELDS do
     if notice ~= '' then
       write_command(commands, command, 'child:' .. id, notice .. result_json .. '}', now)
     end
-    redis.call('HDEL', progress, id)
     if retention > 0 then
       redis.call('HSET', state, id, 'completed')
       redis.call('HSET', info, id, info_json)
       redis.call('HSET', result, id, result_json)
       redis.call('ZADD', completed, now + retention, id)
     else
-      redis.call('HDEL', state, id)
-      redis.call('HDEL', msg, id)
-      redis.call('HDEL', info, id)
-      redis.call('HDEL', priority, id)
-      redis.call('HDEL', t.runs, id)
+      dropped[#dropped + 1] = id
     end
     settled = settled + 1
   end
+end
+
+-- The columns and set memberships of the settled tasks, one command each for the whole batch.
+if #from_active > 0 then
+  call_for_all('ZREM', active, from_active)
+  call_for_all('HDEL', owner, from_active)
+  call_for_all('SREM', t.unstarted, from_active)
+end
+if #from_pending > 0 then call_for_all('ZREM', t.pending, from_pending) end
+if #from_retry > 0 then call_for_all('ZREM', t.retry, from_retry) end
+if settled > 0 then
+  local all = {}
+  for _, list in ipairs({from_active, from_pending, from_retry}) do
+    for _, id in ipairs(list) do all[#all + 1] = id end
+  end
+  call_for_all('HDEL', progress, all)
+end
+if #dropped > 0 then
+  for _, column in ipairs({state, msg, info, priority, t.runs}) do call_for_all('HDEL', column, dropped) end
 end
 if settled > 0 then
   redis.call('INCRBY', processed, settled)
