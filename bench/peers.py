@@ -21,7 +21,10 @@ with the system's own Python. (This file runs as a script only: `bench.peers` is
 The run starts a private redis-server on a free loopback port (no persistence) and stops it at
 the end; every measurement starts from FLUSHALL. redis-server stays on one CPU and the drivers on
 another (unless --no-pin): on a small VM a round trip within one core costs less than half of
-one across cores, and left to the scheduler the enqueue rates jumped from run to run.
+one across cores, and left to the scheduler the enqueue rates jumped from run to run. A single
+worker process drains on the drivers' CPU (idle meanwhile): left to the scheduler it sometimes
+shared Redis's core, and one drain rate differed threefold between two runs. It is unpinned
+before its latency is measured; two worker processes go where the scheduler puts them.
 
 For each handler and system it measures: enqueueing one by one; one bulk call where the library
 has one (django-rtq `enqueue_many`, RQ `enqueue_many`); draining `--drain-tasks` tasks enqueued
@@ -519,6 +522,26 @@ def measure_latency(ctx: Context, driver: Driver, handler: str) -> tuple[float, 
     return percentile(latencies, 50), percentile(latencies, 99)
 
 
+def one_process_pinned(commands: list[list[str]], processes: int, ctx: Context) -> list[list[str]]:
+    """One worker process is kept (with any process it starts) on the drivers' CPU, which is idle
+    while workers drain: otherwise the scheduler sometimes puts it on Redis's CPU, and the two
+    share one core. Two processes go where the scheduler puts them (they need both cores)."""
+    if processes != 1 or ctx.args.driver_cpu is None:
+        return commands
+    return [["taskset", "-c", str(ctx.args.driver_cpu), *command] for command in commands]
+
+
+def unpin(workers: list[subprocess.Popen]) -> None:
+    """Let workers, their descendants and all their threads run on every CPU again."""
+    cpus = ",".join(str(cpu) for cpu in sorted(os.sched_getaffinity(0)))
+    for worker in workers:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process = psutil.Process(worker.pid)
+            for member in [process, *process.children(recursive=True)]:
+                command = ["taskset", "--all-tasks", "--pid", "--cpu-list", cpus, str(member.pid)]
+                subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+
+
 def measure_drains(ctx: Context, driver: Driver, row: Row) -> None:
     """Drains with one and two processes; the latency with one, at the same worker once idle
     (at a fresh one if the drain was capped and left tasks behind)."""
@@ -529,11 +552,12 @@ def measure_drains(ctx: Context, driver: Driver, row: Row) -> None:
         ctx.fresh(driver)
         driver.call("fill", handler=handler, count=n)
         commands = worker_commands(system, processes, row.concurrency, ctx.redis_url)
-        workers = start_workers(commands, env, log)
+        workers = start_workers(one_process_pinned(commands, processes, ctx), env, log)
         try:
             drain = wait_for_drain(ctx, workers, n, log)
             row.drains[processes] = drain
             if processes == 1 and not drain.capped:
+                unpin(workers)  # the latency is measured as the scheduler would place the worker
                 row.p50, row.p99 = measure_latency(ctx, driver, handler)
         finally:
             stop_workers(workers)
@@ -869,7 +893,9 @@ def run(
         if args.redis_cpu is not None:
             lines.append(
                 f"bench: redis-server kept on CPU {args.redis_cpu}, the enqueueing drivers on CPU"
-                f" {args.driver_cpu} (a client on another core); the workers go where the scheduler puts them"
+                f" {args.driver_cpu} (a client on another core); a single worker process drains on CPU"
+                f" {args.driver_cpu} too (the drivers idle meanwhile), then is unpinned for the latency;"
+                " two go where the scheduler puts them"
             )
         for line in lines:
             print(line, flush=True)
