@@ -256,15 +256,17 @@ def stop_workers(workers: list[subprocess.Popen]) -> None:
             print(f"worker {worker.pid} exited with code {worker.returncode}", flush=True)
 
 
+def check_alive(workers: list[subprocess.Popen], when: str) -> None:
+    for worker in workers:
+        if worker.poll() is not None:
+            raise RuntimeError(f"worker {worker.pid} exited with code {worker.returncode} {when}")
+
+
 def wait_registered(broker: Any, workers: list[subprocess.Popen]) -> None:
     deadline = time.monotonic() + WORKER_START_TIMEOUT
     wanted = {worker.pid for worker in workers}
     while not wanted <= {info.get("pid") for info in broker.workers()}:
-        for worker in workers:
-            if worker.poll() is not None:
-                raise RuntimeError(
-                    f"worker {worker.pid} exited with code {worker.returncode} before registering"
-                )
+        check_alive(workers, "before registering")
         if time.monotonic() > deadline:
             raise RuntimeError(f"the workers did not register within {WORKER_START_TIMEOUT:.0f} s")
         time.sleep(0.05)
@@ -320,11 +322,7 @@ def drain(
             broker.resume(queue)
         deadline = time.monotonic() + DRAIN_TIMEOUT
         while (done := sum(int(count) for count in client.hvals(done_key))) < total:
-            for worker in workers:
-                if worker.poll() is not None:
-                    raise RuntimeError(
-                        f"worker {worker.pid} exited with code {worker.returncode} while draining"
-                    )
+            check_alive(workers, "while draining")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"drain timed out: {done} of {total} tasks done")
             time.sleep(POLL_INTERVAL)
