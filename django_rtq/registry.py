@@ -325,10 +325,14 @@ def _check_queue(queue: Any, task_name: str) -> None:
         raise InvalidTask(f"Task {task_name!r}: {exc}") from None
 
 
+#: The canonical form of a call's arguments (sorted keys, no spaces) that unique keys hash.
+_ARGUMENTS_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
 def _arguments_json(args: list[Any], kwargs: dict[str, Any], task_name: str) -> str:
     """Encode the arguments canonically (the unique key hashes this), or say which one is not JSON."""
     try:
-        return json.dumps([args, kwargs], sort_keys=True, separators=(",", ":"), allow_nan=False)
+        return _ARGUMENTS_ENCODER.encode([args, kwargs])
     except (TypeError, ValueError):
         pass
     for what, value in [
