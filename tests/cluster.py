@@ -8,7 +8,6 @@ test twice, on the standalone Redis and on the cluster, with a clock the test mo
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -22,7 +21,7 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 
 from django_rtq.broker import Broker
-from tests.servers import RedisProcess, cleanup_dir, server_binary
+from tests.servers import RedisProcess, cleanup_dir, free_port, server_binary
 
 HOST = "127.0.0.1"
 SLOTS = 16384
@@ -53,22 +52,7 @@ class Cluster:
 
 def cluster_port() -> int:
     """Return a free loopback port whose cluster bus port is free too."""
-    for _ in range(100):
-        with socket.socket() as sock:
-            sock.bind((HOST, 0))
-            port = sock.getsockname()[1]
-        if port + BUS_OFFSET < 65536 and _is_free(port + BUS_OFFSET):
-            return port
-    raise RuntimeError("found no free port pair for a cluster node")
-
-
-def _is_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind((HOST, port))
-        except OSError:
-            return False
-        return True
+    return free_port(also=BUS_OFFSET)
 
 
 def cli_binary() -> str | None:

