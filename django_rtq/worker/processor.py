@@ -70,6 +70,8 @@ RUN_SECONDS_WEIGHT = 0.2
 #: Share of the lease kept in hand: a worker that could not renew its leases for the rest of
 #: it stops its running tasks before the lease can expire and another worker run them.
 LEASE_SAFETY = 0.2
+#: Put on the work queue to hand the fetcher's role to the thread that takes it.
+FETCH = object()
 
 
 class Processor:
@@ -77,7 +79,12 @@ class Processor:
     runs them on `concurrency` threads, and settles their outcomes in batches.
 
     Idle, it waits on a pub/sub wake-up that the broker publishes when a queue's pending set
-    goes from empty to non-empty, so a new task starts within a round trip or two.
+    goes from empty to non-empty, so a new task starts within a round trip or two, or for a
+    task the broker hands to it at enqueue.
+
+    Its `concurrency + 1` threads take turns as the fetcher: the one that is handed a task
+    while the others idle runs it itself, and an idle thread takes over fetching. The task
+    then starts without waking another thread first.
     """
 
     def __init__(
@@ -115,9 +122,16 @@ class Processor:
         self._queued = 0  # of those, how many wait for a thread
         self._owned: dict[str, Job | ClaimedTask] = {}  # claimed and not yet settled: leases to extend
         self._running: dict[str, Job] = {}
-        self._work: queue_module.SimpleQueue[Job | None] = queue_module.SimpleQueue()
+        self._work: queue_module.SimpleQueue[Job | object | None] = queue_module.SimpleQueue()
         self._outcomes: queue_module.SimpleQueue[Outcome | None] = queue_module.SimpleQueue()
         self._stopping = threading.Event()
+        self._fetch_stopped = threading.Event()
+        # The thread fetching now (None while the role passes from one thread to another).
+        self._fetching: threading.Thread | None = None
+        # While the fetcher listens with nothing to do, a task handed to it is kept here for
+        # the fetcher's own thread to run.
+        self._idle_listening = False
+        self._kept: Job | None = None
         # How long (seconds) a lease is relied on after the request that set it was sent, and
         # when (monotonic) the heartbeater's last successful renewal was sent.
         self._lease_budget = self.lease_seconds * (1 - LEASE_SAFETY)
@@ -141,11 +155,11 @@ class Processor:
 
     def start(self) -> None:
         self._waker.listen(0)  # subscribe before the first claim, so no wake-up is missed
-        for _ in range(self.concurrency):
+        for _ in range(self.concurrency + 1):  # one of them fetches at any time
             self._start_executor()
         self._settler = self._start_thread(self._settle_loop, "rtq-settle")
         self._watchdog = self._start_thread(self._watch_loop, "rtq-watchdog")
-        self._fetcher = self._start_thread(self._fetch_loop, "rtq-fetch")
+        self._work.put(FETCH)
 
     def stop(self, timeout: float) -> None:
         """Stop claiming, give back the tasks that have not started, let running tasks finish
@@ -157,7 +171,10 @@ class Processor:
         the task to another worker then.
         """
         self._stopping.set()
-        self._fetcher.join()
+        while not self._fetch_stopped.wait(0.1):
+            fetching = self._fetching
+            if fetching is not None and not fetching.is_alive():
+                break  # it died (dead_threads() tells); there is nothing to wait for
         with self._cond:
             waiting = self._abandon_locked([job for job in self._jobs() if job.state is JobState.QUEUED])
         self._give_back(waiting, "that had not started")
@@ -289,9 +306,11 @@ class Processor:
         """Names of the processor's own threads that died although it is not stopping."""
         if self._stopping.is_set():
             return []
-        return [
-            thread.name for thread in (self._fetcher, self._settler, self._watchdog) if not thread.is_alive()
-        ]
+        dead = [thread.name for thread in (self._settler, self._watchdog) if not thread.is_alive()]
+        fetching = self._fetching
+        if fetching is not None and not fetching.is_alive():
+            dead.append(f"{fetching.name} (fetching)")
+        return dead
 
     def describe(self) -> dict[str, Any]:
         with self._cond:
@@ -329,7 +348,10 @@ class Processor:
 
     # Claiming
 
-    def _fetch_loop(self) -> None:
+    def _fetch_loop(self) -> Job | None:
+        """Claim and dispatch tasks until stopping (then return None), or until handed a task
+        while idle: then pass the role on to an idle thread and return the task, to run it."""
+        self._fetching = threading.current_thread()
         failures = 0
         while not self._stopping.is_set():
             self._wait_for_room()
@@ -363,8 +385,14 @@ class Processor:
                 logger.exception("claiming tasks failed; trying again in %.0fs", backoff)
                 self._stopping.wait(backoff)
                 continue
-            self._wait_for_work()
+            kept = self._wait_for_work()
+            if kept is not None:
+                self._fetching = None
+                self._work.put(FETCH)  # a thread is idle: it was handed this task for one
+                return kept
         self._leave_idle()
+        self._fetch_stopped.set()
+        return None
 
     def _wait_for_room(self) -> None:
         """Wait until there is room to claim, reading the hand-off channels meanwhile."""
@@ -398,23 +426,37 @@ class Processor:
         claimed = ClaimedTask(id=task_id, queue=queue, raw_message=raw_message or None, run=run)
         with self._cond:
             has_room = self._in_flight < self.concurrency and not self._stopping.is_set()
+            # With no task waiting for a thread, a thread idles, to which the fetching passes.
+            keep = has_room and self._idle_listening and self._kept is None and self._queued == 0
         if has_room:
             # Its lease was set at enqueue, a moment before the message arrived: count from earlier.
-            self._dispatch([claimed], time.monotonic() - self._lease_budget / 4)
+            claimed_at = time.monotonic() - self._lease_budget / 4
+            if keep:
+                jobs = self._take_in([claimed], claimed_at)
+                self._kept = jobs[0] if jobs else None
+            else:
+                self._dispatch([claimed], claimed_at)
             return
         try:  # it came as this worker filled up: another worker will run it
             self.broker.requeue(queue, [task_id], worker_id=self.worker_id)
         except Exception as exc:
             logger.warning("could not give back task %r handed over while full (%s)", task_id, exc)
 
-    def _wait_for_work(self) -> None:
+    def _wait_for_work(self) -> Job | None:
         """Wait until a queue gets work (the broker publishes when a queue's pending set goes
-        from empty to non-empty), at most `idle_wait` seconds, or until stopped."""
+        from empty to non-empty), at most `idle_wait` seconds, or until stopped. Return the
+        task handed to this worker meanwhile if it is for this thread to run."""
         deadline = time.monotonic() + self.idle_wait
-        while not self._stopping.is_set():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or self._waker.listen(min(remaining, POLL_SECONDS)) is not None:
-                return
+        self._idle_listening = True
+        try:
+            while not self._stopping.is_set():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._waker.listen(min(remaining, POLL_SECONDS)) is not None:
+                    break
+        finally:
+            self._idle_listening = False
+        kept, self._kept = self._kept, None
+        return kept
 
     def _should_claim(self) -> bool:
         """Claim when half the capacity is free, or at once when a thread would otherwise idle."""
@@ -482,7 +524,13 @@ class Processor:
         logger.exception("claiming from queue %r failed; trying it again in %.0fs", queue, backoff)
 
     def _dispatch(self, batch: list[ClaimedTask], claimed_at: float) -> None:
-        """Take in claimed tasks whose leases were set by a request sent at `claimed_at` (monotonic)."""
+        """Take in claimed tasks whose leases were set by a request sent at `claimed_at`
+        (monotonic), for the threads to run."""
+        for job in self._take_in(batch, claimed_at):
+            self._work.put(job)
+
+    def _take_in(self, batch: list[ClaimedTask], claimed_at: float) -> list[Job]:
+        """Own claimed tasks as jobs (those that cannot run go to be archived); return the jobs."""
         jobs, failures = [], []
         for claimed in batch:
             try:
@@ -505,8 +553,6 @@ class Processor:
                 self._owned[job.id] = job
             for outcome in failures:
                 self._owned[outcome.claimed.id] = outcome.claimed
-        for job in jobs:
-            self._work.put(job)
         for outcome in failures:
             logger.error(
                 "archiving task %r of queue %r: %s",
@@ -515,6 +561,7 @@ class Processor:
                 outcome.failure.error,
             )
             self._outcomes.put(outcome)
+        return jobs
 
     def _job(self, claimed: ClaimedTask) -> Job:
         """Make a job of a claimed task, or raise Unrunnable saying why it cannot run."""
@@ -546,8 +593,12 @@ class Processor:
         try:
             while True:
                 job = self._work.get()
-                if job is None:
-                    return
+                if job is FETCH:
+                    job = self._fetch_loop()  # a task handed over while idle, or None once stopping
+                    if job is None:
+                        return  # taking work now could start a task that stop() gives back
+                if not isinstance(job, Job):
+                    return  # stop() ends the threads
                 if job.task_type.is_async and loop is None:
                     loop = asyncio.new_event_loop()
                 if not self._run(job, loop if job.task_type.is_async else None):
