@@ -12,26 +12,74 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .connection import get_broker
     from .context import TaskContext, current_task
-    from .exceptions import NonRetryableError
+    from .exceptions import (
+        BrokerUnavailable,
+        BulkJobNotFound,
+        DeadlineExceeded,
+        DuplicateTask,
+        InvalidArguments,
+        InvalidStateTransition,
+        InvalidTask,
+        LeaseLost,
+        NonRetryableError,
+        QueueNotFound,
+        RTQError,
+        TaskCancelled,
+        TaskIdConflict,
+        TaskNotFound,
+        TaskTimeout,
+        WorkerShutdown,
+    )
     from .operations import Operations
     from .registry import TaskType, enqueue_many, task
 
-#: Each public name and the module it comes from.
+#: Each public name and the module it comes from. The errors are the ones your code catches, and
+#: NonRetryableError, which a handler raises (WorkerLost and CorruptWorkflow are only recorded).
 _EXPORTS = {
+    "BrokerUnavailable": ".exceptions",
+    "BulkJobNotFound": ".exceptions",
+    "DeadlineExceeded": ".exceptions",
+    "DuplicateTask": ".exceptions",
+    "InvalidArguments": ".exceptions",
+    "InvalidStateTransition": ".exceptions",
+    "InvalidTask": ".exceptions",
+    "LeaseLost": ".exceptions",
     "NonRetryableError": ".exceptions",
     "Operations": ".operations",
+    "QueueNotFound": ".exceptions",
+    "RTQError": ".exceptions",
+    "TaskCancelled": ".exceptions",
     "TaskContext": ".context",
+    "TaskIdConflict": ".exceptions",
+    "TaskNotFound": ".exceptions",
+    "TaskTimeout": ".exceptions",
     "TaskType": ".registry",
+    "WorkerShutdown": ".exceptions",
     "current_task": ".context",
     "enqueue_many": ".registry",
     "get_broker": ".connection",
     "task": ".registry",
 }
 __all__ = [
+    "BrokerUnavailable",
+    "BulkJobNotFound",
+    "DeadlineExceeded",
+    "DuplicateTask",
+    "InvalidArguments",
+    "InvalidStateTransition",
+    "InvalidTask",
+    "LeaseLost",
     "NonRetryableError",
     "Operations",
+    "QueueNotFound",
+    "RTQError",
+    "TaskCancelled",
     "TaskContext",
+    "TaskIdConflict",
+    "TaskNotFound",
+    "TaskTimeout",
     "TaskType",
+    "WorkerShutdown",
     "current_task",
     "enqueue_many",
     "get_broker",

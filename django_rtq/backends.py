@@ -7,6 +7,7 @@ On Django 5.2 the `django-tasks` backport provides the same API (`django_tasks`)
 
 from __future__ import annotations
 
+import inspect
 import time
 import traceback as tb
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from .broker.states import TaskState
 from .conf import get_settings, validate_queue_name
 from .connection import get_broker
 from .context import current_task
-from .exceptions import InvalidTask, TaskNotFound
+from .exceptions import InvalidArguments, InvalidTask, TaskNotFound
 from .formats import django_datetime
 from .models import FinishedTask
 from .operations import Operations
@@ -140,7 +141,10 @@ class RTQBackend(BaseTaskBackend):
         if task.run_after is not None:
             task_type = task_type.using(process_at=task.run_after)
         try:
-            message = build_message(task_type, args, kwargs)
+            # Django's own backends hand the handler tuples as lists, and so does this one.
+            message = build_message(task_type, args, kwargs, tuples_become_lists=True)
+        except InvalidArguments:
+            raise  # a TypeError, as calling the function with them would raise
         except InvalidTask as exc:
             raise DjangoInvalidTask(str(exc)) from exc
         get_broker().enqueue([message])
@@ -349,7 +353,7 @@ def _runner(task: RTQTask) -> Any:
             finished(result, value)
             return value
 
-        return run_async
+        return _called_without_context(run_async, task)
 
     @wraps(func)
     def run(*args: Any, **kwargs: Any) -> Any:
@@ -362,4 +366,16 @@ def _runner(task: RTQTask) -> Any:
         finished(result, value)
         return value
 
-    return run
+    return _called_without_context(run, task)
+
+
+def _called_without_context(runner: Any, task: Task) -> Any:
+    """Give the runner the signature callers call it with: the task function's, less the
+    context it passes itself (so that enqueue binds the arguments against it)."""
+    if task.takes_context:
+        try:
+            signature = inspect.signature(task.func)
+        except (TypeError, ValueError):
+            return runner
+        runner.__signature__ = signature.replace(parameters=list(signature.parameters.values())[1:])
+    return runner

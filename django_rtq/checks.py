@@ -1,4 +1,5 @@
-"""System checks: settings.RTQ, the Redis connection settings, settings.TASKS queues, and Redis itself.
+"""System checks: settings.RTQ, the Redis connection settings, settings.TASKS (its queues, and
+whether the `django.tasks` API is installed), and Redis itself.
 
 All are tagged "django_rtq". Only `check_redis_reachable` does network I/O, so it is a deployment
 check (`manage.py check --deploy`), tagged "redis" too: `manage.py check --deploy --tag redis`.
@@ -6,13 +7,14 @@ check (`manage.py check --deploy`), tagged "redis" too: `manage.py check --deplo
 
 from __future__ import annotations
 
+from importlib import import_module
 from typing import Any
 
 from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
-from .conf import RTQSettings, get_settings, validate_queue_name
+from .conf import RTQSettings, get_settings, rtq_task_backends, validate_queue_name
 from .connection import redis_target
 from .redis_url import close_client, connect
 
@@ -22,6 +24,9 @@ REDIS_TAG = "redis"
 PING_TIMEOUT_SECONDS = 3.0
 #: redis-py's errors can carry a whole connection pool's repr; a check message shows this much.
 MAX_ERROR_CHARS = 300
+#: Where `django_rtq.backends` takes the `django.tasks` API from, in this order: Django 6.0+,
+#: then the django-tasks backport (Django 5.2).
+TASKS_API_MODULES = ("django.tasks", "django_tasks")
 
 
 def _settings() -> RTQSettings | None:
@@ -74,14 +79,9 @@ def check_connection_settings(app_configs: Any = None, **kwargs: Any) -> list[ch
 @checks.register(TAG)
 def check_tasks_queues(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """E004: a django-rtq backend in settings.TASKS lists a bad queue; W001: one no worker serves."""
-    backends = getattr(settings, "TASKS", None)
-    if not isinstance(backends, dict):
-        return []
     conf = _settings()
     messages: list[checks.CheckMessage] = []
-    for alias, config in backends.items():
-        if not isinstance(config, dict) or not str(config.get("BACKEND", "")).startswith("django_rtq."):
-            continue
+    for alias, config in rtq_task_backends().items():
         where = f"settings.TASKS[{alias!r}]"
         queues = config.get("QUEUES")
         if queues is None:
@@ -110,6 +110,93 @@ def check_tasks_queues(app_configs: Any = None, **kwargs: Any) -> list[checks.Ch
                     )
                 )
     return messages
+
+
+@checks.register(TAG)
+def check_queue_names(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """W004: a task type's queue is not in RTQ['QUEUES']; W005: a queue of RTQ['QUEUES'] that
+    nothing names (no task type, schedule or TASKS backend, and not DEFAULT_QUEUE): a typo?"""
+    from .queue_names import queues_named_elsewhere
+    from .registry import registered_tasks
+
+    conf = _settings()
+    if conf is None:
+        return []
+    messages: list[checks.CheckMessage] = []
+    for task_type in sorted(registered_tasks().values(), key=lambda t: t.name):
+        queue = task_type.options.get("queue")
+        if queue and queue not in conf.QUEUES:
+            messages.append(
+                checks.Warning(
+                    f"Task {task_type.name!r} goes to queue {queue!r}, which is not in RTQ['QUEUES']: "
+                    "workers started without --queues do not serve it.",
+                    hint=f"Add {queue!r} to RTQ['QUEUES'], or run an rtq_worker with --queues naming it.",
+                    obj=task_type.name,
+                    id="django_rtq.W004",
+                )
+            )
+    elsewhere = queues_named_elsewhere(conf)
+    for queue in conf.QUEUES:
+        if queue not in elsewhere:
+            messages.append(
+                checks.Warning(
+                    f"Queue {queue!r} of RTQ['QUEUES'] is named by no task type, schedule or TASKS "
+                    "backend, nor is it DEFAULT_QUEUE: is it a typo?",
+                    hint="Tasks reach it only through .using(queue=...); if that is what you do, "
+                    "silence this with SILENCED_SYSTEM_CHECKS = ['django_rtq.W005'].",
+                    obj="settings.RTQ",
+                    id="django_rtq.W005",
+                )
+            )
+    return messages
+
+
+@checks.register(TAG)
+def check_task_modules(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """W006: a task module could not be imported at start-up (django_rtq/discovery.py). A
+    warning, not an error, so that `migrate` (which runs the checks) still works; rtq_worker
+    refuses to start."""
+    from .discovery import failed_modules
+
+    return [
+        checks.Warning(
+            f"The task module {name!r} could not be imported, so its task types are unknown "
+            f"(rtq_worker refuses to start):\n{error}",
+            hint="Fix the error above; other commands (migrate, shell) work meanwhile.",
+            obj=name,
+            id="django_rtq.W006",
+        )
+        for name, error in failed_modules.items()
+    ]
+
+
+@checks.register(TAG)
+def check_tasks_api_installed(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """E005: settings.TASKS uses django-rtq's backend, but neither django.tasks nor the backport
+    can be imported (Django 5.2 without the `tasks-backport` extra)."""
+    aliases = list(rtq_task_backends())
+    if not aliases or tasks_api_module() is not None:
+        return []
+    return [
+        checks.Error(
+            f"django_rtq.backends.RTQBackend (of {', '.join(map(repr, aliases))}) needs the django.tasks "
+            "API: Django 6.0+ has it built in; on Django 5.2 install the backport: "
+            'pip install "django-rtq[tasks-backport]"',
+            obj="settings.TASKS",
+            id="django_rtq.E005",
+        )
+    ]
+
+
+def tasks_api_module() -> str | None:
+    """The name of the module that provides the `django.tasks` API, None if none can be imported."""
+    for name in TASKS_API_MODULES:
+        try:
+            import_module(name)
+        except ImportError:
+            continue
+        return name
+    return None
 
 
 @checks.register(TAG, REDIS_TAG, deploy=True)

@@ -87,6 +87,9 @@ class RTQSettings:
     MIRROR_BATCH_SIZE: int = DEFAULT_MIRROR_BATCH_SIZE
     MIRROR_MAX_AGE: float = DEFAULT_MIRROR_MAX_AGE_SECONDS
     MIRROR_DATABASE: str = "default"
+    # modules of task types to import at start-up besides each installed app's `tasks`
+    # (django_rtq/discovery.py): where a task type whose name is not its path is defined
+    TASK_MODULES: list[str] = field(default_factory=list)
     # periodic tasks: name -> {"task": ..., "cron": ... | "every": seconds, "args", "kwargs", ...}
     PERIODIC: dict[str, dict[str, Any]] = field(default_factory=dict)
     SCHEDULER_INTERVAL: float = DEFAULT_SCHEDULER_INTERVAL_SECONDS
@@ -116,6 +119,15 @@ def get_settings() -> RTQSettings:
     queues = values.get("QUEUES")
     if queues is not None:
         values["QUEUES"] = parse_queues(queues)
+    modules = values.get("TASK_MODULES", [])
+    if (
+        isinstance(modules, str)
+        or not isinstance(modules, list | tuple)
+        or not all(isinstance(name, str) and name for name in modules)
+    ):
+        raise ImproperlyConfigured(
+            f"settings.RTQ['TASK_MODULES'] must be a list of module paths, not {modules!r}."
+        )
     return RTQSettings(**values)
 
 
@@ -163,3 +175,15 @@ def validate_queue_name(name: str) -> None:
         raise ImproperlyConfigured(
             f"Queue name {name!r} is invalid: it must be non-empty and contain no braces, colons or spaces."
         )
+
+
+def rtq_task_backends() -> dict[str, dict[str, Any]]:
+    """The backends of `settings.TASKS` that are django-rtq's, by alias."""
+    backends = getattr(django_settings, "TASKS", None)
+    if not isinstance(backends, dict):
+        return {}
+    return {
+        alias: config
+        for alias, config in backends.items()
+        if isinstance(config, dict) and str(config.get("BACKEND", "")).startswith("django_rtq.")
+    }

@@ -9,6 +9,11 @@ class InvalidTask(RTQError, ValueError):
     """A task definition, its options or its arguments are not acceptable."""
 
 
+class InvalidArguments(InvalidTask, TypeError):
+    """A call's arguments do not fit its task's signature, or would not reach the handler as
+    given (JSON has no tuples, and its object keys are strings)."""
+
+
 class TaskNotFound(RTQError, LookupError):
     """No task with that id exists in Redis."""
 

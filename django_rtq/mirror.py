@@ -18,6 +18,12 @@ from .models import FinishedTask
 
 logger = logging.getLogger(__name__)
 
+
+class MirrorTableMissing(OperationalError):
+    """The finished tasks' table does not exist yet (`migrate` has not run): the records wait
+    in Redis, as while the database is down, rather than be dropped as unwritable rows."""
+
+
 #: Errors that mean the database cannot be reached now (retry later), not that a row is bad.
 UNAVAILABLE = (OperationalError, InterfaceError)
 
@@ -130,11 +136,23 @@ def mirror_batch(
     except UNAVAILABLE:
         raise
     except DatabaseError:
+        _require_table(using)  # PostgreSQL and MySQL tell a missing table as a ProgrammingError
         # One bad row (say, text PostgreSQL refuses) must not hold back the others.
         for row in rows:
             _write_one(row, using=using)
     broker.ack_finished(queue, records, worker_id=worker_id)
     return len(records)
+
+
+def _require_table(using: str) -> None:
+    """Raise MirrorTableMissing if the finished tasks' table is not in the database."""
+    connection = connections[using]
+    table = FinishedTask._meta.db_table
+    with connection.cursor() as cursor:
+        if table not in connection.introspection.table_names(cursor):
+            raise MirrorTableMissing(
+                f"the table {table!r} is missing in database {using!r}: run `manage.py migrate`"
+            )
 
 
 def _write_one(row: Row, *, using: str) -> None:

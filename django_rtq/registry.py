@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from croniter import croniter
@@ -23,7 +24,8 @@ from . import signals
 from .broker.message import MAX_PRIORITY, MIN_PRIORITY, TaskMessage
 from .conf import get_settings, validate_queue_name
 from .connection import get_broker
-from .exceptions import InvalidTask
+from .exceptions import InvalidArguments, InvalidTask
+from .queue_names import note_task_queue, warn_if_unnamed
 from .retry import Backoff, resolve_backoff
 
 if TYPE_CHECKING:
@@ -161,6 +163,8 @@ def find_task_type(name: str) -> TaskType | None:
             found = import_string(name)
         except ImportError:
             return None
+        if isinstance(found, TaskType):
+            return _registry.get(name) or found  # its @task registered it as its module was imported
         task_type = getattr(found, "rtq_task_type", None)
         if not isinstance(task_type, TaskType):
             return None
@@ -195,6 +199,9 @@ def register_task(task_type: TaskType) -> None:
             f"{_origin(task_type.func)}. Give one of them another name."
         )
     _registry[task_type.name] = task_type
+    queue = task_type.options.get("queue")
+    if queue:
+        note_task_queue(queue)
 
 
 def get_task_type(name: str) -> TaskType | None:
@@ -250,13 +257,19 @@ def check_options(options: dict[str, Any], allowed: frozenset[str], task_name: s
         )
 
 
-def build_message(task_type: TaskType, args: Sequence[Any], kwargs: dict[str, Any]) -> TaskMessage:
-    """Resolve a call's options against the defaults and validate everything into a message."""
+def build_message(
+    task_type: TaskType, args: Sequence[Any], kwargs: dict[str, Any], *, tuples_become_lists: bool = False
+) -> TaskMessage:
+    """Resolve a call's options against the defaults and validate everything into a message.
+
+    The arguments must fit the handler's signature and come back from JSON as they were given,
+    tuples aside with `tuples_become_lists` (`django.tasks`' rule); else InvalidArguments."""
     conf = get_settings()
     opts = task_type.options
     now = time.time()
     queue = opts.get("queue") or conf.DEFAULT_QUEUE
     _check_queue(queue, task_type.name)
+    warn_if_unnamed(queue, task_type.name)
 
     priority = opts.get("priority", 0)
     if (
@@ -276,7 +289,8 @@ def build_message(task_type: TaskType, args: Sequence[Any], kwargs: dict[str, An
     process_at = _process_at(opts, now)
 
     args, kwargs = list(args), dict(kwargs)
-    arguments_json = _arguments_json(args, kwargs, task_type.name)
+    _bind(task_type, args, kwargs)
+    arguments_json = _arguments_json(args, kwargs, task_type.name, tuples_become_lists=tuples_become_lists)
 
     unique = opts.get("unique", False)
     unique_key = opts.get("unique_key")
@@ -325,16 +339,54 @@ def _check_queue(queue: Any, task_name: str) -> None:
         raise InvalidTask(f"Task {task_name!r}: {exc}") from None
 
 
+@lru_cache(maxsize=1024)
+def _signature(func: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        return inspect.signature(func)
+    except (TypeError, ValueError):  # a callable whose signature Python cannot tell
+        return None
+
+
+def _bind(task_type: TaskType, args: list[Any], kwargs: dict[str, Any]) -> None:
+    """Raise InvalidArguments (a TypeError) in the caller if the handler could not take these
+    arguments, rather than have the worker fail the task with the same TypeError."""
+    signature = _signature(task_type.func)
+    if signature is None:
+        return
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        raise InvalidArguments(
+            f"Task {task_type.name!r} cannot be called with these arguments: {exc} (it takes {signature})."
+        ) from None
+
+
 #: The canonical form of a call's arguments (sorted keys, no spaces) that unique keys hash.
 _ARGUMENTS_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
-def _arguments_json(args: list[Any], kwargs: dict[str, Any], task_name: str) -> str:
-    """Encode the arguments canonically (the unique key hashes this), or say which one is not JSON."""
+def _arguments_json(
+    args: list[Any], kwargs: dict[str, Any], task_name: str, *, tuples_become_lists: bool = False
+) -> str:
+    """Encode the arguments canonically (the unique key hashes this), or say which one is not
+    JSON or would not come back from JSON as given. `tuples_become_lists` allows tuples, as
+    `django.tasks` does (its own backends hand the handler lists too)."""
     try:
-        return _ARGUMENTS_ENCODER.encode([args, kwargs])
+        encoded = _ARGUMENTS_ENCODER.encode([args, kwargs])
     except (TypeError, ValueError):
         pass
+    else:
+        changed = None
+        if any(type(value) not in _SCALARS for value in args) or any(
+            type(value) not in _SCALARS for value in kwargs.values()
+        ):
+            changed = _changed_by_json([args, kwargs], tuples_become_lists)
+        if changed is None:
+            return encoded
+        where, why = changed
+        raise InvalidArguments(
+            f"The {_describe_argument(where)} of task {task_name!r} would reach the handler changed: {why}."
+        )
     for what, value in [
         *((f"argument {i}", arg) for i, arg in enumerate(args)),
         *((f"argument {name!r}", arg) for name, arg in kwargs.items()),
@@ -344,6 +396,42 @@ def _arguments_json(args: list[Any], kwargs: dict[str, Any], task_name: str) -> 
         except (TypeError, ValueError) as exc:
             raise InvalidTask(f"The {what} of task {task_name!r} must be JSON-serializable: {exc}.") from None
     raise InvalidTask(f"The arguments of task {task_name!r} must be JSON-serializable.")
+
+
+#: Types whose values come back from JSON as they were (subclasses are checked further).
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _changed_by_json(
+    value: Any, tuples_become_lists: bool, path: tuple[Any, ...] = ()
+) -> tuple[tuple[Any, ...], str] | None:
+    """Where (a path into [args, kwargs]) and how JSON-encodable data would not decode as it
+    was; None if it would."""
+    if isinstance(value, tuple) and not tuples_become_lists:
+        return path, "a tuple decodes as a list (pass a list)"
+    if isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            if isinstance(item, list | tuple | dict):
+                changed = _changed_by_json(item, tuples_become_lists, (*path, i))
+                if changed:
+                    return changed
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return (*path, key), f"the key {key!r} decodes as the string {json.dumps(key)!r}"
+            if isinstance(item, list | tuple | dict):
+                changed = _changed_by_json(item, tuples_become_lists, (*path, key))
+                if changed:
+                    return changed
+    return None
+
+
+def _describe_argument(path: tuple[Any, ...]) -> str:
+    """Name a place in [args, kwargs]: "argument 0", "argument 'items' [2]['a']"."""
+    if len(path) < 2:
+        return "arguments"
+    name = f"argument {path[1]}" if path[0] == 0 else f"argument {path[1]!r}"
+    return name + "".join(f"[{step!r}]" for step in path[2:])
 
 
 def _seconds(value: Any, what: str, *, allow_none: bool = False) -> float | None:

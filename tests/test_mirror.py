@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
-from django.db import connection, connections
+from django.db import OperationalError, connection, connections
 from django.utils import timezone
 
 from django_rtq.broker import TaskMessage, TaskState, manual
@@ -230,3 +230,24 @@ def test_the_mirror_stops_yielding_once_the_worker_is_idle(mirroring, broker):
     yielding.start()
     yielding.join(timeout=10)  # a batch of an hour would otherwise make it wait for days
     assert not yielding.is_alive()
+
+
+@pytest.fixture
+def no_table():
+    """The finished tasks' table dropped, as in a project that has not run `migrate`."""
+    with connection.schema_editor() as editor:
+        editor.delete_model(FinishedTask)
+    yield
+    with connection.schema_editor() as editor:
+        editor.create_model(FinishedTask)
+
+
+def test_finished_tasks_wait_in_redis_until_the_table_is_migrated(mirroring, broker, no_table):
+    broker.enqueue([message("default") for _ in range(3)])
+    ids = claim_ids(broker, "default")
+    broker.complete("default", [done(i) for i in ids], worker_id=WORKER)
+    # SQLite says "no such table" as an OperationalError; PostgreSQL as a ProgrammingError,
+    # which the mirror must not take for rows to drop.
+    with pytest.raises(OperationalError, match=r"no such table|is missing in database 'default'"):
+        mirror_batch(broker, "default", worker_id="a", limit=10, lock_ms=1)
+    assert buffered(broker) == 3

@@ -40,7 +40,7 @@ from tests.testapp import tasks
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORD_TICK = "tests.testapp.tasks.record_tick"
-RECORD = "tests.testapp.tasks.record"
+RECORD = "tests.testapp.tasks.record_periodic"
 
 
 def entries(**periodic: dict) -> list[ScheduleEntry]:
@@ -103,7 +103,11 @@ def test_a_settings_schedule_is_read_with_its_arguments_and_options():
                 "priority": 5,
                 "timezone": "UTC",
             },
-            "poll": {"task": "tests.testapp.tasks.record_high", "every": timedelta(seconds=30)},
+            "poll": {
+                "task": "tests.testapp.tasks.record_high",
+                "every": timedelta(seconds=30),
+                "args": ["poll", "1"],
+            },
         }
     )
     assert (nightly.name, nightly.task_type.name, nightly.cron, nightly.every) == (

@@ -56,7 +56,7 @@ def test_delay_and_process_at_schedule_the_task(broker):
 
 @pytest.mark.parametrize(
     ("args", "expected"),
-    [((object(),), "must be JSON-serializable"), ((float("nan"),), "must be JSON-serializable")],
+    [((object(), 1), "must be JSON-serializable"), ((float("nan"), 1), "must be JSON-serializable")],
 )
 def test_non_json_arguments_are_refused_at_enqueue(broker, args, expected):
     with pytest.raises(InvalidTask, match=expected):

@@ -132,7 +132,7 @@ class Commander(Component):
             try:
                 self.run_once()
             except BrokerUnavailable as exc:
-                self.logger.warning("commands pass skipped: %s", exc)
+                self.logger.debug("commands pass skipped: %s", exc)  # the healthchecker tells
             except Exception:
                 self.logger.exception("commands pass failed")
             self._wake.wait(self.interval)

@@ -16,7 +16,8 @@ class Component:
 
     A pass that fails is logged and the next one runs later, backing off while passes keep
     failing for another reason than Redis being away (up to MAX_BACKOFF seconds): one bad pass
-    must not stop the worker, nor flood its log.
+    must not stop the worker, nor flood its log. A pass Redis's absence made skip is logged at
+    DEBUG: the healthchecker reports the outage itself.
     """
 
     name = "component"
@@ -46,17 +47,15 @@ class Component:
         return self._thread is None or self._thread.is_alive()
 
     def _loop(self) -> None:
-        unavailable = failures = 0
+        failures = 0
         while True:
             try:
                 self.run_once()
-                unavailable = failures = 0
+                failures = 0
             except BrokerUnavailable as exc:
                 # No back-off of its own: the client already spent seconds retrying, and the
                 # pass after Redis returns must come at once (leases to renew, results to write).
-                unavailable += 1
-                if unavailable == 1 or unavailable % 30 == 0:
-                    self.logger.warning("%s pass skipped: %s", self.name, exc)
+                self.logger.debug("%s pass skipped: %s", self.name, exc)
             except Exception:
                 failures += 1
                 self.logger.exception("%s pass failed", self.name)

@@ -1,7 +1,8 @@
-"""The healthchecker pings Redis and reports the worker's health."""
+"""The healthchecker pings Redis and reports the worker's health: the one voice of an outage."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from ..broker import Broker
@@ -10,9 +11,16 @@ from .component import Component
 
 HealthCallback = Callable[[bool, Exception | None], None]
 
+#: Seconds between two reminders that Redis is still unreachable.
+OUTAGE_REMINDER_SECONDS = 60.0
+
 
 class Healthchecker(Component):
-    """The healthchecker pings Redis, logs changes of health and tells an optional callback."""
+    """The healthchecker pings Redis, logs changes of health and tells an optional callback.
+
+    It alone logs an outage (when it starts, every OUTAGE_REMINDER_SECONDS while it lasts, and
+    when it ends); the other components log the passes Redis made them skip at DEBUG only.
+    """
 
     name = "healthchecker"
 
@@ -21,6 +29,13 @@ class Healthchecker(Component):
         self.broker = broker
         self.callback = callback
         self.healthy: bool | None = None
+        self._unreachable_since: float | None = None  # time.monotonic()
+        self._reminded_at = 0.0
+
+    def outage_seconds(self) -> float:
+        """How long Redis has been unreachable, as last seen; 0 while it answers."""
+        since = self._unreachable_since
+        return 0.0 if since is None else time.monotonic() - since
 
     def run_once(self) -> bool:
         error: Exception | None = None
@@ -29,11 +44,23 @@ class Healthchecker(Component):
         except BrokerUnavailable as exc:
             error = exc
         healthy = error is None
-        if healthy != self.healthy:
-            if healthy:
+        now = time.monotonic()
+        if healthy:
+            if self._unreachable_since is not None:
+                self.logger.warning("Redis is reachable again, after %.0fs", now - self._unreachable_since)
+            elif self.healthy is None:
                 self.logger.info("Redis is reachable")
-            else:
-                self.logger.error("Redis is unreachable: %s", error)
+            self._unreachable_since = None
+        elif self._unreachable_since is None:
+            self._unreachable_since = self._reminded_at = now
+            self.logger.error(
+                "%s. The worker waits for it: tasks it holds keep running, and their outcomes are "
+                "written once it is back.",
+                str(error).rstrip("."),
+            )
+        elif now - self._reminded_at >= OUTAGE_REMINDER_SECONDS:
+            self._reminded_at = now
+            self.logger.error("Redis still unreachable after %.0fs: %s", now - self._unreachable_since, error)
         self.healthy = healthy
         if self.callback is not None:
             self.callback(healthy, error)

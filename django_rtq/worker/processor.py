@@ -376,7 +376,7 @@ class Processor:
                     self.drained.set()
                     break
             except BrokerUnavailable as exc:
-                logger.warning("cannot claim tasks: %s", exc)
+                logger.debug("cannot claim tasks: %s", exc)  # the healthchecker tells
                 self._stopping.wait(UNAVAILABLE_BACKOFF)
                 continue
             except Exception:

@@ -16,7 +16,9 @@ from django.utils.module_loading import import_string
 from ..broker import Broker
 from ..conf import RTQSettings, get_settings
 from ..connection import get_broker
+from ..exceptions import BrokerUnavailable
 from ..periodic import load_entries
+from ..queue_names import named_queues
 from .bulk_runner import BulkRunner
 from .commander import Commander
 from .forwarder import Forwarder
@@ -32,12 +34,21 @@ from .syncer import Syncer
 
 logger = logging.getLogger(__name__)
 
+#: Exit status of a worker that stopped because one of its threads died.
+EXIT_THREAD_DIED = 1
+#: Exit status of a burst worker that gave up waiting for an unreachable Redis.
+EXIT_REDIS_UNREACHABLE = 3
+#: Seconds a burst worker waits for an unreachable Redis before it gives up (by default).
+BURST_GIVE_UP_AFTER = 30.0
+
 
 class Worker:
     """One worker process: a processor and the components that keep its tasks safe.
 
-    `run()` blocks until SIGTERM or SIGINT (or, with `burst`, until the queues are drained),
-    then shuts down gracefully: unfinished tasks go back to pending.
+    `run()` blocks until SIGTERM or SIGINT (or, with `burst`, until the queues are drained, or
+    Redis has been unreachable for `give_up_after` seconds), then shuts down gracefully:
+    unfinished tasks go back to pending. A worker that is not a burst one waits for Redis as
+    long as it takes.
     """
 
     def __init__(
@@ -48,6 +59,7 @@ class Worker:
         strict: bool | None = None,
         burst: bool = False,
         shutdown_timeout: float | None = None,
+        give_up_after: float | None = None,
         broker: Broker | None = None,
         settings: RTQSettings | None = None,
     ) -> None:
@@ -56,6 +68,7 @@ class Worker:
         self.broker = broker or get_broker()
         self.queues = dict(queues or conf.QUEUES)
         self.burst = burst
+        self.give_up_after = BURST_GIVE_UP_AFTER if give_up_after is None else give_up_after
         self.shutdown_timeout = conf.SHUTDOWN_TIMEOUT if shutdown_timeout is None else shutdown_timeout
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._stop_requested = threading.Event()
@@ -149,9 +162,29 @@ class Worker:
 
     def start(self) -> None:
         logger.info("worker %s starting on queues %s", self.id, self.queues)
+        self._warn_of_unknown_queues()
         for component in self.components():
             component.start()
         self.processor.start()
+
+    def _warn_of_unknown_queues(self) -> None:
+        """Warn of a queue to serve that the project names nowhere and nothing was ever enqueued
+        to: likely a typo in --queues, which would leave the worker idle for good."""
+        unnamed = [queue for queue in self.queues if queue not in named_queues()]
+        if not unnamed:
+            return
+        try:
+            ever_used = set(self.broker.known_queues())
+        except BrokerUnavailable:
+            ever_used = set()  # the healthchecker tells of the outage
+        for queue in unnamed:
+            if queue not in ever_used:
+                logger.warning(
+                    "queue %r is named nowhere in the project (RTQ['QUEUES'], a task type, a schedule "
+                    "or a TASKS backend) and nothing was ever enqueued to it: a typo? Known queues: %s.",
+                    queue,
+                    ", ".join(sorted(named_queues() | ever_used)),
+                )
 
     def dead_threads(self) -> list[str]:
         """Names of the threads that died although nobody stopped them (then the worker can no
@@ -191,8 +224,9 @@ class Worker:
 
     def run(self) -> int:
         """Start, wait for a stop signal (or a drained burst), then stop gracefully. Return the
-        exit status: 0, or 1 if a thread of the worker died and it stopped because of that (its
-        supervisor, or the process manager, should start it again)."""
+        exit status: 0; EXIT_THREAD_DIED if a thread of the worker died and it stopped because of
+        that (its supervisor, or the process manager, should start it again); or
+        EXIT_REDIS_UNREACHABLE if it is a burst worker that gave up waiting for Redis."""
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self.request_stop)
             signal.signal(signal.SIGINT, self.request_stop)
@@ -201,12 +235,20 @@ class Worker:
         while not self._stop_requested.wait(0.2):
             if self.burst and self.processor.drained.is_set():
                 break
+            if self.burst and self.healthchecker.outage_seconds() > self.give_up_after:
+                logger.critical(
+                    "burst worker %s gives up: Redis has been unreachable for more than %gs",
+                    self.id,
+                    self.give_up_after,
+                )
+                status = EXIT_REDIS_UNREACHABLE
+                break
             dead = self.dead_threads()
             if dead:
                 logger.critical(
                     "worker %s cannot go on: thread(s) %s died; stopping", self.id, ", ".join(dead)
                 )
-                status = 1
+                status = EXIT_THREAD_DIED
                 break
         self.stop()
         return status

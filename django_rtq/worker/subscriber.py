@@ -44,6 +44,7 @@ class Subscriber(Component):
         self.on_message = on_message
         self.subscribed = threading.Event()
         self._pubsub: redis.client.PubSub | None = None
+        self._lost_in_a_row = 0
 
     def listen(self, timeout: float = POLL_SECONDS) -> str | None:
         """Wait up to `timeout` seconds for one message and hand it on; return its data."""
@@ -52,9 +53,13 @@ class Subscriber(Component):
                 self._pubsub = self.broker.client.pubsub(ignore_subscribe_messages=True)
                 self._pubsub.subscribe(*self.channels)
                 self.subscribed.set()
+                self._lost_in_a_row = 0
             message = self._pubsub.get_message(timeout=timeout)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
-            logger.warning("%s subscription lost (%s); subscribing again", self.name, exc)
+            self._lost_in_a_row += 1
+            # Once in a row: while Redis stays away, the healthchecker speaks for the outage.
+            level = logging.WARNING if self._lost_in_a_row == 1 else logging.DEBUG
+            logger.log(level, "%s subscription lost (%s); subscribing again", self.name, exc)
             self.close()
             self._stop.wait(RETRY_SECONDS)
             return None

@@ -13,6 +13,8 @@ from typing import Any
 
 from django.db import connections
 
+from .server import EXIT_REDIS_UNREACHABLE
+
 logger = logging.getLogger(__name__)
 
 #: Seconds between looks at the children.
@@ -71,8 +73,8 @@ class Supervisor:
             for i, child in enumerate(self._children):
                 if child.is_alive():
                     continue
-                if burst and child.exitcode == 0:
-                    continue
+                if burst and child.exitcode in (0, EXIT_REDIS_UNREACHABLE):
+                    continue  # done, or gave up on Redis: starting it again would not help
                 logger.error(
                     "worker process %s exited with code %s; restarting it",
                     child.pid,
@@ -82,7 +84,7 @@ class Supervisor:
                     break
                 self._children[i] = self._spawn()
             if burst and not any(child.is_alive() for child in self._children):
-                return 0
+                return max(child.exitcode or 0 for child in self._children)
         for child in self._children:
             if child.is_alive():
                 child.terminate()  # SIGTERM: a graceful shutdown

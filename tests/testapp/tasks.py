@@ -142,6 +142,17 @@ def record(name, value=None):
     return value
 
 
+@task
+def takes_anything(*args, **kwargs):
+    return [args, kwargs]
+
+
+@task
+def record_periodic(name="periodic", value=None):
+    """`record` with a default name: a periodic schedule may give no arguments."""
+    return record(name, value)
+
+
 @task(queue="high")
 def record_high(name, value):
     report(name, value)

@@ -16,11 +16,13 @@ from django_rtq.management.table import format_relative, format_time, render_fie
 TIME_FIELDS = ("deadline", "enqueued_at", "process_at")
 SECONDS_FIELDS = ("timeout", "retention", "unique_ttl")
 #: Info entries shown on their own rather than in the list of attempt facts.
-INFO_SHOWN_APART = ("retried", "error", "error_type", "traceback")
+INFO_SHOWN_APART = ("retried", "error", "error_type", "traceback", "errors")
+#: How far the lines of an error's traceback are indented under its first line.
+TRACEBACK_INDENT = "    "
 
 
 class Command(OperationsCommand):
-    help = "Show one task: arguments, options, attempts, last error and traceback, result."
+    help = "Show one task: arguments, options, attempts and their errors with tracebacks, result."
 
     def add_arguments(self, parser: CommandParser) -> None:
         super().add_arguments(parser)
@@ -41,14 +43,20 @@ class Command(OperationsCommand):
         attempt_facts = [(key, value) for key, value in task.info.items() if key not in INFO_SHOWN_APART]
         if attempt_facts:
             self.stdout.write("\n" + self.heading("Attempts"))
-            facts = [
-                (key, format_time(value) if is_time(key, value) else value) for key, value in attempt_facts
-            ]
+            facts = [(key, fact_text(key, value)) for key, value in attempt_facts]
             self.write_lines(render_fields(facts, label_style=label))
+        errors = recorded_errors(task.info)
+        if errors:
+            self.stdout.write("\n" + self.heading("Errors, oldest first"))
+            for number, error in enumerate(errors):
+                if number:
+                    self.stdout.write("")
+                self.write_lines(error_lines(error))
         traceback = task.info.get("traceback")
-        if traceback:
+        # The latest traceback normally ends `errors`: shown apart only when it does not (no `errors`).
+        if traceback and traceback != (errors[-1].get("traceback") if errors else None):
             self.stdout.write("\n" + self.heading("Traceback"))
-            self.write_lines("  " + line for line in traceback.rstrip().splitlines())
+            self.write_lines(indented(traceback, "  "))
 
     def summary(self, task: TaskInfo) -> list[tuple[str, object]]:
         message = task.message
@@ -90,3 +98,36 @@ class Command(OperationsCommand):
 
 def is_time(key: str, value: object) -> bool:
     return key.endswith("_at") and isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def fact_text(key: str, value: object) -> object:
+    """An attempt fact for display: times as dates, lists of names joined, other lists and objects
+    as JSON (never a Python repr)."""
+    if is_time(key, value):
+        return format_time(value)
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        return ", ".join(value) or None
+    if isinstance(value, list | dict):
+        return json.dumps(value, ensure_ascii=False)
+    return value
+
+
+def recorded_errors(info: dict[str, Any]) -> list[dict[str, Any]]:
+    """The task's `errors`, one per failed attempt (the latest ones), leaving out any malformed."""
+    errors = info.get("errors")
+    return [error for error in errors if isinstance(error, dict)] if isinstance(errors, list) else []
+
+
+def error_lines(error: dict[str, Any]) -> list[str]:
+    """One recorded error: `type: message`, then its traceback as it was written, indented."""
+    error_type, message = error.get("type") or "", str(error.get("message") or "")
+    heading = f"{error_type}: {message}" if error_type else message
+    lines = [f"  {line}" for line in heading.splitlines() or [""]]
+    traceback = error.get("traceback")
+    if isinstance(traceback, str) and traceback.strip():
+        lines += indented(traceback, "  " + TRACEBACK_INDENT)
+    return lines
+
+
+def indented(text: str, indent: str) -> list[str]:
+    return [indent + line for line in text.rstrip().splitlines()]

@@ -10,7 +10,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
 from django_rtq.conf import get_settings, parse_queues
-from django_rtq.worker.server import Worker
+from django_rtq.discovery import failed_modules
+from django_rtq.worker.server import BURST_GIVE_UP_AFTER, EXIT_REDIS_UNREACHABLE, Worker
 from django_rtq.worker.supervisor import Supervisor
 
 
@@ -44,6 +45,15 @@ class Command(BaseCommand):
             help="Exit once every queue is empty and nothing scheduled is due.",
         )
         parser.add_argument(
+            "--give-up-after",
+            type=float,
+            metavar="SECONDS",
+            help=(
+                f"With --burst: exit with status {EXIT_REDIS_UNREACHABLE} once Redis has been "
+                f"unreachable this long (default {BURST_GIVE_UP_AFTER:g})."
+            ),
+        )
+        parser.add_argument(
             "--shutdown-timeout",
             type=float,
             help="Seconds running tasks get to finish on SIGTERM before they go back to pending.",
@@ -59,6 +69,12 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         self._configure_logging(options["loglevel"])
+        if failed_modules:
+            raise CommandError(
+                "The worker does not start: it would archive the tasks of these task modules, which "
+                "could not be imported, as of an unknown task type:\n\n"
+                + "\n\n".join(f"{name}:\n{error}" for name, error in failed_modules.items())
+            )
         conf = get_settings()
         try:
             queues = parse_queues(options["queues"]) if options["queues"] else conf.QUEUES
@@ -74,6 +90,7 @@ class Command(BaseCommand):
             "strict": options["strict"],
             "burst": options["burst"],
             "shutdown_timeout": options["shutdown_timeout"],
+            "give_up_after": options["give_up_after"],
         }
         if options["processes"] == 1:
             status = Worker(**worker_options).run()
@@ -83,11 +100,13 @@ class Command(BaseCommand):
             timeout = (
                 conf.SHUTDOWN_TIMEOUT if options["shutdown_timeout"] is None else options["shutdown_timeout"]
             )
-            Supervisor(
+            status = Supervisor(
                 processes=options["processes"],
                 worker_options=worker_options,
                 shutdown_timeout=timeout,
             ).run()
+            if status:
+                sys.exit(status)
 
     def _configure_logging(self, level: str) -> None:
         logger = logging.getLogger("django_rtq")
