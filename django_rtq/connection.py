@@ -190,14 +190,27 @@ def get_broker() -> Broker:
                     client = connect(target)
                 except (RedisError, RedisClusterException) as exc:  # a cluster client connects at once
                     raise BrokerUnavailable(f"Redis is unreachable ({target.describe()}): {exc}") from exc
-                _broker = Broker(
-                    client,
-                    prefix=conf.KEY_PREFIX,
-                    counter_ttl=int(conf.STATS_TTL),
-                    lease_seconds=conf.LEASE_SECONDS,
-                    mirror=conf.MIRROR,
-                )
+                _broker = broker_for(client, conf)
     return _broker
+
+
+def broker_for(client: Any, conf: RTQSettings | None = None) -> Broker:
+    """A broker over `client`, configured from settings (key prefix, counters, leases, mirror)."""
+    conf = conf or get_settings()
+    return Broker(
+        client,
+        prefix=conf.KEY_PREFIX,
+        counter_ttl=int(conf.STATS_TTL),
+        lease_seconds=conf.LEASE_SECONDS,
+        mirror=conf.MIRROR,
+    )
+
+
+def set_broker(broker: Broker) -> None:
+    """Make `broker` this process's broker until `reset_broker()` (django_rtq.testing's fake Redis)."""
+    global _broker
+    with _lock:
+        _broker = broker
 
 
 def reset_broker() -> None:

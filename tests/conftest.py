@@ -19,7 +19,7 @@ from django_rtq.connection import reset_broker
 
 ROOT = Path(__file__).resolve().parent.parent
 
-pytest_plugins = ["tests.cluster"]
+pytest_plugins = ["tests.cluster", "django_rtq.testing.pytest_plugin"]
 
 REDIS_URL = os.environ.get("RTQ_REDIS_URL", "redis://127.0.0.1:6379/0")
 

@@ -1,0 +1,52 @@
+"""The one seam every enqueue goes through, `Broker.enqueue`, and who intercepts it now."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+from ..broker import Broker
+from ..broker.message import TaskMessage
+
+#: What an interceptor receives instead of Redis: the messages of one enqueue call.
+Interceptor = Callable[[list[TaskMessage]], None]
+
+_lock = threading.RLock()
+_interceptors: list[Interceptor] = []
+_original_enqueue = Broker.enqueue
+
+
+def _intercepted_enqueue(self: Broker, messages: Sequence[TaskMessage]) -> None:
+    with _lock:
+        interceptor = _interceptors[-1] if _interceptors else None
+    if interceptor is None:  # the last one left while this call was on its way
+        _original_enqueue(self, messages)
+    else:
+        interceptor(list(messages))
+
+
+@contextmanager
+def intercept_enqueues(interceptor: Interceptor) -> Iterator[None]:
+    """Hand every enqueue (of any broker, from any thread) to `interceptor` instead of Redis.
+
+    `TaskType.enqueue`, `enqueue_many`, `enqueue_on_commit` (once the transaction commits) and
+    the `django.tasks` backend all send their messages through `Broker.enqueue`. Interceptors
+    nest: the innermost one gets the messages.
+    """
+    with _lock:
+        if not _interceptors:
+            Broker.enqueue = _intercepted_enqueue  # type: ignore[method-assign]
+        _interceptors.append(interceptor)
+    try:
+        yield
+    finally:
+        with _lock:
+            _interceptors.remove(interceptor)
+            if not _interceptors:
+                Broker.enqueue = _original_enqueue  # type: ignore[method-assign]
+
+
+def is_intercepting() -> bool:
+    """Whether enqueues are intercepted now (they do not reach Redis)."""
+    return bool(_interceptors)
