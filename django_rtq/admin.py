@@ -9,6 +9,7 @@ from django.contrib.admin.utils import unquote
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import URLPattern
+from django.utils.safestring import SafeString
 
 from .admin_views.common import task_url
 from .admin_views.urls import live_urlpatterns
@@ -16,6 +17,7 @@ from .exceptions import BrokerUnavailable, TaskNotFound
 from .models import FinishedTask, LiveTask
 from .operations import Operations
 from .permissions import CHANGE_LIVE, VIEW_LIVE
+from .templatetags.rtq_admin import rtq_json, rtq_pre
 
 
 @admin.register(LiveTask)
@@ -56,14 +58,14 @@ class FinishedTaskAdmin(admin.ModelAdmin):
         "task_name",
         "queue",
         "status",
-        "args",
-        "kwargs",
+        "args_json",
+        "kwargs_json",
         "priority",
-        "return_value",
+        "return_value_json",
         "error_class",
         "error_message",
-        "traceback",
-        "errors",
+        "traceback_text",
+        "errors_json",
         "attempts",
         "worker",
         "workers",
@@ -75,6 +77,28 @@ class FinishedTaskAdmin(admin.ModelAdmin):
     )
     readonly_fields = fields
     change_form_template = "admin/django_rtq/finishedtask/change_form.html"
+
+    # JSON pretty-printed and tracebacks as written, in a <pre> with a copy button: Django would
+    # show them on one line, and turn the traceback's indentation into collapsed spaces.
+    @admin.display(description="arguments")
+    def args_json(self, obj: FinishedTask) -> SafeString:
+        return rtq_json(obj.args)
+
+    @admin.display(description="keyword arguments")
+    def kwargs_json(self, obj: FinishedTask) -> SafeString:
+        return rtq_json(obj.kwargs)
+
+    @admin.display(description="return value")
+    def return_value_json(self, obj: FinishedTask) -> SafeString:
+        return rtq_json(obj.return_value)
+
+    @admin.display(description="traceback")
+    def traceback_text(self, obj: FinishedTask) -> SafeString | str:
+        return rtq_pre(obj.traceback) if obj.traceback else "-"
+
+    @admin.display(description="errors of each attempt")
+    def errors_json(self, obj: FinishedTask) -> SafeString | str:
+        return rtq_json(obj.errors) if obj.errors else "-"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[FinishedTask]:
         # From the mirror's database (RTQ["MIRROR_DATABASE"]), as every surface reads history.

@@ -26,11 +26,13 @@ from .broker import Broker, TaskMessage, bulk, manual
 from .broker.bulk import PURGE_STATES, BulkJob
 from .broker.inspect import NAME_SEARCH_SCAN, Inspector, QueueStats, TaskInfo
 from .broker.states import ACTION_STATES, Action, TaskState
+from .broker.timings import Histogram
 from .conf import get_settings
 from .connection import get_broker
 from .exceptions import BulkJobNotFound, InvalidStateTransition, QueueNotFound, TaskNotFound
 from .mirror import row_from_record
 from .models import FinishedTask
+from .periodic import Schedule, get_schedules
 from .permissions import CHANGE_LIVE, ENQUEUE, VIEW_HISTORY, VIEW_LIVE, has_permission
 from .registry import TaskType, registered_tasks
 
@@ -186,11 +188,26 @@ class Operations:
         return self.inspector.count(queue, state)
 
     def list_tasks(
-        self, queue: str, state: TaskState | str, *, offset: int = 0, limit: int = 20
+        self, queue: str, state: TaskState | str, *, offset: int = 0, limit: int = 20, reverse: bool = False
     ) -> list[TaskInfo]:
         """A page of a queue's tasks in a state (see Inspector.list_tasks for the order)."""
         self.require(VIEW_LIVE)
-        return self.inspector.list_tasks(queue, state, offset=offset, limit=limit)
+        return self.inspector.list_tasks(queue, state, offset=offset, limit=limit, reverse=reverse)
+
+    def task_timings(self, queue: str) -> tuple[list[Histogram], list[Histogram]]:
+        """Run times by task type and outcome, and waits to start by task type, of a queue."""
+        self.require(VIEW_LIVE)
+        return self.inspector.task_timings(queue)
+
+    def queue_memory(self, queue: str) -> int:
+        """Bytes of Redis memory a queue's keys use (see Inspector.memory_usage)."""
+        self.require(VIEW_LIVE)
+        return self.inspector.memory_usage(queue)
+
+    def schedules(self) -> list[Schedule]:
+        """Every declared periodic schedule, with its last tick dealt with and its next one."""
+        self.require(VIEW_LIVE)
+        return get_schedules(self.broker)
 
     def search_by_name(
         self, queue: str, state: TaskState | str, text: str, *, scan: int = NAME_SEARCH_SCAN

@@ -401,9 +401,9 @@ def test_the_task_page_shows_everything_known(broker, superuser_client, run_work
     assert "tests.testapp.tasks.always_fails" in page
     assert '[\n  "page"\n]' in page  # args, as JSON
     options = dict(response.context["options"])
-    assert options["priority"] == 7
-    assert options["timeout"] == "12s"
-    assert options["max retries"] == 2
+    assert options["Priority"] == 7
+    assert options["Timeout"] == "12s"
+    assert options["Max retries"] == 2
     assert "2 retries of at most 2" in page
     assert "ValueError: </strong>this task always fails" in page
     assert "Traceback (most recent call last)" in page

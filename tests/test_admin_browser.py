@@ -7,19 +7,23 @@ refreshes the ones docs/admin.md shows.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from django_rtq.broker import TaskState
+from django_rtq.broker import TaskMessage, TaskState
 from django_rtq.broker.states import Action
+from django_rtq.models import FinishedTask
 from django_rtq.operations import Operations
 from tests.conftest import wait_for
 from tests.test_broker import ids_in
@@ -60,7 +64,7 @@ def browser() -> Iterator:
 def page(browser, live_server, broker):
     """A page logged in to the admin as a superuser."""
     User.objects.create_superuser("admin", "admin@example.com", "pw")
-    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
     page.set_default_timeout(10_000)
     page.goto(f"{live_server.url}/admin/login/?next=/admin/")
@@ -217,3 +221,219 @@ def test_delete_every_archived_task_and_follow_the_progress(
     job = page.locator("#rtq-bulk-jobs tr[data-job]")
     assert "Delete: archived tasks of queue 'default'" in job.inner_text()
     assert "finished" in job.inner_text()
+
+
+# The admin as a daily tool: no page scrolls sideways, long values cut to their box.
+
+#: Viewport widths every page must fit: a laptop, and a phone.
+WIDTHS = (1280, 390)
+#: An id as long as one stored before ids were checked (a list was once 39,562 px wide), long
+#: arguments, a long error and a long schedule name.
+LONG_ID = "imported-" + "0123456789abcdef" * 180
+LONG_ARGUMENT = "lorem-ipsum-" * 400
+LONG_ERROR = "ValueError: " + "the input was far too long to be accepted " * 60
+LONG_SCHEDULE = "nightly-report-of-everything-" * 6
+#: The queue of those tasks (no worker of the tests serves it).
+WIDE = "reports"
+
+
+def long_values(broker) -> dict[str, str]:
+    """Tasks with long ids, arguments and errors in every state of queue `WIDE`; return an id of each."""
+    from tests.test_broker import make_tasks
+
+    ids = {}
+    for state in sorted(S, key=lambda state: state == S.PENDING):  # pending last: the others claim
+        [ids[state]] = make_tasks(
+            broker, state, WIDE, args=[LONG_ARGUMENT, 7], kwargs={"note" * 20: LONG_ARGUMENT}
+        )
+    broker.enqueue(
+        [
+            TaskMessage(
+                id=LONG_ID,
+                task="tests.testapp.tasks.takes_anything",
+                queue=WIDE,
+                args=[LONG_ARGUMENT],
+                enqueued_at=broker.clock(),
+            )
+        ]
+    )
+    assert Operations().act(Action.ARCHIVE, [LONG_ID], WIDE).count == 1
+    qk = broker.queue(WIDE)
+    for task_id in (*ids.values(), LONG_ID):
+        info = json.loads(broker.client.hget(qk.info, task_id) or "{}")
+        info.update(
+            error=LONG_ERROR,
+            error_type="ValueError",
+            traceback='Traceback (most recent call last):\n  File "x.py", line 1, in f\n    '
+            + "call(" * 80
+            + ")" * 80
+            + "\n"
+            + LONG_ERROR,
+            errors=[{"type": "ValueError", "message": LONG_ERROR}],
+        )
+        broker.client.hset(qk.info, task_id, json.dumps(info))
+    return ids
+
+
+def overflow(page) -> int:
+    """How many pixels the page is wider than the window (0: no sideways scroll)."""
+    return page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+
+
+def widest(page) -> list[str]:
+    """The innermost elements reaching past the window's right edge, to say what is too wide."""
+    return page.evaluate(
+        """() => [...document.querySelectorAll('body *')]
+        .filter(e => e.getBoundingClientRect().right > window.innerWidth + 1
+                && ![...e.children].some(c => c.getBoundingClientRect().right > window.innerWidth + 1))
+        .slice(0, 5)
+        .map(e => `${e.tagName}#${e.id}.${e.className} ${Math.round(e.getBoundingClientRect().right)}`)"""
+    )
+
+
+def test_no_page_scrolls_sideways(page, live_server, broker, run_worker, settings):
+    settings.RTQ = {
+        **settings.RTQ,
+        "PERIODIC": {
+            LONG_SCHEDULE: {"task": "tests.testapp.tasks.record", "every": 3600, "args": [LONG_ARGUMENT]}
+        },
+    }
+    ids = long_values(broker)
+    job = Operations().start_bulk(Action.DELETE, "low", [S.ARCHIVED])
+    FinishedTask.objects.create(
+        task_id=LONG_ID[:255],
+        task_name="tests.testapp.tasks.takes_anything",
+        queue=WIDE,
+        status=FinishedTask.Status.FAILED,
+        args=[LONG_ARGUMENT],
+        error_class="ValueError",
+        error_message=LONG_ERROR,
+        traceback="Traceback (most recent call last):\n    " + LONG_ERROR,
+        finished_at=timezone.now(),
+    )
+    live = "/admin/django_rtq/livetask/"
+    pages = [
+        live,
+        *(f"{live}tasks/{state}/?queue={WIDE}" for state in S),
+        f"{live}task/{quote(LONG_ID, safe='')}/?queue={WIDE}",
+        *(f"{live}task/{task_id}/?queue={WIDE}" for task_id in ids.values()),
+        f"{live}workers/",
+        f"{live}periodic/",
+        f"{live}bulk/low/{job.id}/",
+        f"/admin/django_rtq/finishedtask/{quote(LONG_ID[:255], safe='')}/change/",
+    ]
+    testapp_tasks.block.enqueue("wide-" + "w" * 200)
+    too_wide = []
+    with run_worker():
+        wait_for(lambda: any(w.get("active") for w in broker.workers()), message="a worker running a task")
+        for width in WIDTHS:
+            page.set_viewport_size({"width": width, "height": 900})
+            for path in pages:
+                page.goto(url(live_server, path))
+                if excess := overflow(page):
+                    too_wide.append((width, path[:120], excess, widest(page)))
+            page.goto(url(live_server, f"{live}tasks/archived/?queue={WIDE}"))
+            page.check("#rtq-select-all")
+            page.click("button[name=scope][value=selected]")
+            assert "Are you sure?" in page.inner_text("#content")
+            if excess := overflow(page):
+                too_wide.append((width, "the confirmation page", excess))
+        broker.client.set(testapp_tasks.report_key("release:wide-" + "w" * 200), "1")
+    assert too_wide == [], "\n".join(map(str, too_wide))
+
+
+def test_select_all_and_the_selection_count(page, live_server, broker):
+    ids = archived_records(3, "select")
+    page.goto(url(live_server, "/admin/django_rtq/livetask/tasks/archived/?queue=default"))
+    count = page.locator("#rtq-selected-count")
+    assert count.inner_text() == "0 of 3 selected"
+
+    page.check("#rtq-select-all")
+    assert count.inner_text() == "3 of 3 selected"
+    page.uncheck(f"tr[data-task-id='{ids[0]}'] input[name=ids]")
+    assert count.inner_text() == "2 of 3 selected"
+    assert page.evaluate("document.getElementById('rtq-select-all').indeterminate")
+    page.check("#rtq-select-all")
+    assert count.inner_text() == "3 of 3 selected"
+    page.uncheck("#rtq-select-all")
+    assert count.inner_text() == "0 of 3 selected"
+    assert page.locator("input[name=ids]:checked").count() == 0
+
+
+def test_a_row_button_acts_on_its_own_task(page, live_server, broker):
+    kept, chosen = archived_records(2, "row")
+    page.goto(url(live_server, "/admin/django_rtq/livetask/tasks/archived/?queue=default"))
+    page.locator(f"tr[data-task-id='{chosen}'] button[name=row]", has_text="Delete").click()
+    assert "Delete: 1 selected task of queue 'default'?" in page.inner_text("#content")
+    page.click("input[type=submit][value='Yes, delete']")
+
+    assert "1 task of queue 'default' deleted." in page.inner_text(".messagelist")
+    assert ids_in(broker, "default", S.ARCHIVED) == [kept]
+
+
+def test_auto_refresh_updates_counts_and_lists_in_place(page, live_server, broker):
+    from playwright.sync_api import expect
+
+    page.goto(url(live_server, "/admin/django_rtq/livetask/tasks/scheduled/?queue=default"))
+    assert not page.is_checked("#rtq-auto-refresh")  # off by default
+    page.check("#rtq-auto-refresh")
+    page.evaluate("window.rtqNotReloaded = true")
+    message = testapp_tasks.record.using(delay=600).enqueue("arrives")
+
+    expect(page.locator(f"tr[data-task-id='{message.id}']")).to_have_count(1, timeout=15_000)
+    expect(page.locator("#rtq-queue-filter")).to_contain_text("default (1)")
+    assert page.evaluate("window.rtqNotReloaded === true")  # swapped in place, not reloaded
+    page.reload()
+    assert page.is_checked("#rtq-auto-refresh")  # remembered by the browser
+    page.uncheck("#rtq-auto-refresh")
+
+
+def test_copy_buttons_on_the_task_page(page, live_server, broker):
+    from playwright.sync_api import expect
+
+    message = testapp_tasks.record.using(delay=600).enqueue("copied", {"deep": [1, 2]})
+    page.goto(url(live_server, f"/admin/django_rtq/livetask/task/{message.id}/?queue=default"))
+    payload = page.locator("#rtq-payload pre").first
+    assert payload.inner_text() == '[\n  "copied",\n  {\n    "deep": [\n      1,\n      2\n    ]\n  }\n]'
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    page.locator("#rtq-payload .rtq-copy").first.click()
+    expect(page.locator("#rtq-payload .rtq-copy").first).to_have_text("Copied")
+    assert page.evaluate("navigator.clipboard.readText()") == payload.inner_text()
+
+
+def test_the_workers_and_periodic_pages(page, live_server, broker, run_worker, settings):
+    settings.RTQ = {
+        **settings.RTQ,
+        "PERIODIC": {
+            "nightly-report": {
+                "task": "tests.testapp.tasks.record",
+                "cron": "0 3 * * *",
+                "args": ["nightly"],
+            },
+            "heartbeat": {"task": "tests.testapp.tasks.record", "every": 300, "args": ["beat"]},
+        },
+    }
+    broker.client.hset(broker.queue("default").periodic, "heartbeat", int(time.time() // 300 * 300 * 1000))
+    testapp_tasks.block.enqueue("on-the-workers-page")
+    with run_worker(queues={"default": 3, "low": 1}, concurrency=4):
+        wait_for(lambda: any(w.get("active") for w in broker.workers()), message="a worker running a task")
+        page.goto(url(live_server, "/admin/django_rtq/livetask/"))
+        page.click("#rtq-nav a:text('Workers')")
+        assert "1 live worker, running 1 task of 4 at most." in page.inner_text("#rtq-worker-summary")
+        assert "tests.testapp.tasks.block" in page.inner_text("#rtq-worker-list")
+        screenshot(page, "workers")
+        broker.client.set(testapp_tasks.report_key("release:on-the-workers-page"), "1")
+    page.click("#rtq-nav a:text('Periodic tasks')")
+    rows = page.locator("#rtq-periodic tr[data-schedule]")
+    assert rows.count() == 2
+    assert "cron 0 3 * * *" in page.inner_text("tr[data-schedule='nightly-report']")
+    assert "every 5m 0s" in page.inner_text("tr[data-schedule='heartbeat']")
+    screenshot(page, "periodic")
+
+
+def test_a_list_on_a_phone(page, live_server, broker):
+    archived_records(4, "phone")
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(url(live_server, "/admin/django_rtq/livetask/tasks/archived/?queue=default"))
+    assert overflow(page) <= 0
+    screenshot(page, "archived-list-390")

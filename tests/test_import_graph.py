@@ -25,7 +25,8 @@ BROKER_MAY_IMPORT = {"django_rtq.exceptions"}
 #: The ways in, for people and programs, and the modules each is made of. None imports another.
 SURFACES = {
     "admin": ("django_rtq.admin", "django_rtq.admin_views"),
-    "api": ("django_rtq.api",),
+    # The metrics endpoint is an HTTP view guarded like the API, with its access classes.
+    "api": ("django_rtq.api", "django_rtq.metrics"),
     "management": ("django_rtq.management",),
     "backends": ("django_rtq.backends",),
 }

@@ -333,6 +333,8 @@ def run_data(**extra: str) -> dict[str, str]:
 ADMIN_ROUTES = [
     Route("GET", ADMIN, needs(VIEW), 200),
     Route("GET", ADMIN + f"tasks/archived/?queue={Q}", needs(VIEW), 200),
+    Route("GET", ADMIN + "workers/", needs(VIEW), 200),
+    Route("GET", ADMIN + "periodic/", needs(VIEW), 200),
     Route("GET", "task:{archived}", needs(VIEW), 200),
     Route("GET", "task:no-such-task", needs(VIEW), 404),
     Route("POST", ACTION, needs(CHANGE), 200, run_data()),  # the confirmation page

@@ -1,7 +1,8 @@
 """Acting by hand: run now, archive, delete, cancel tasks; pause, resume and empty queues.
 
 Every action is a POST that first shows a confirmation page, then a second POST (with
-`confirm=yes`) acts through the operations layer. An action on selected tasks leaves a
+`confirm=yes`) acts through the operations layer. A list's per-row buttons post `row`
+(`<action>:<task id>`), read as that action on that one selected task. An action on selected tasks leaves a
 `messages` note saying what happened and redirects back; an action on a whole state (or
 emptying a queue) starts a bulk job and redirects to its progress page.
 """
@@ -63,7 +64,12 @@ def offers(state: TaskState, *, bulk: bool = False) -> list[Offer]:
 @require_POST
 @live_view(acts=True)
 def task_action(request: HttpRequest, model_admin: ModelAdmin, ops: Operations) -> HttpResponse:
-    data = request.POST
+    data = request.POST.copy()
+    if data.get("row"):  # a row's own button: "<action>:<task id>", the same path as a selection
+        action_name, _, row_id = data.pop("row")[-1].partition(":")
+        data.setlist("action", [action_name])
+        data.setlist("ids", [row_id])
+        data.setlist("scope", ["selected"])
     queue, scope = data.get("queue", ""), data.get("scope", "selected")
     task_ids = list(dict.fromkeys(data.getlist("ids")))
     try:

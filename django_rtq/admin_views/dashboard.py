@@ -1,4 +1,4 @@
-"""The dashboard: every queue's tasks per state, today's counters, workers, bulk jobs, a history chart."""
+"""The dashboard: every queue's tasks per state, counters and memory, workers, bulk jobs, a history chart."""
 
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ def dashboard(request: HttpRequest, model_admin: ModelAdmin, ops: Operations) ->
                     for state in STATES
                 ],
                 "oldest_pending": format_duration(stats.oldest_pending_age),
+                "memory": ops.queue_memory(name),
             }
         )
     chart_queue = request.GET.get("chart")

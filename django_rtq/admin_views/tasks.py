@@ -16,6 +16,7 @@ from django.urls import NoReverseMatch, reverse
 from ..broker import TaskState
 from ..broker.inspect import NAME_SEARCH_SCAN, TaskInfo
 from ..broker.message import OPTION_FIELDS
+from ..broker.states import Action
 from ..exceptions import TaskNotFound
 from ..formats import django_datetime, format_duration
 from ..operations import Operations
@@ -23,8 +24,19 @@ from ..permissions import VIEW_HISTORY
 from .actions import offers
 from .common import STATE_TIME_LABELS, STATES, admin_url, live_view, page_context, task_url
 
-#: Tasks per page of a list.
+#: Tasks per page of a list, by default, and the sizes one may choose (`?per_page=`).
 PER_PAGE = 50
+PAGE_SIZES = (20, 50, 100, 500)
+#: How each state's list is ordered (its sorted set read forwards), and the other way round
+#: (`?order=reverse`): both are one ZRANGE, from either end.
+ORDER_LABELS = {
+    TaskState.PENDING: ("next to run first", "last to run first"),
+    TaskState.ACTIVE: ("lease ending first", "lease ending last"),
+    TaskState.SCHEDULED: ("soonest first", "latest first"),
+    TaskState.RETRY: ("soonest first", "latest first"),
+    TaskState.ARCHIVED: ("newest first", "oldest first"),
+    TaskState.COMPLETED: ("newest first", "oldest first"),
+}
 #: Message options holding epoch seconds, and those holding lengths of time (seconds).
 TIME_OPTIONS = ("deadline", "enqueued_at", "process_at")
 SECONDS_OPTIONS = ("timeout", "retention", "unique_ttl")
@@ -41,6 +53,47 @@ INFO_SHOWN_APART = (
 )
 
 
+#: Attempt facts (a task's info) in words; others read as their key in words.
+FACT_LABELS = {
+    "started_at": "First attempt started",
+    "attempted_at": "Latest attempt started",
+    "claimed_at": "Claimed",
+    "finished_at": "Finished",
+    "failed_at": "Failed",
+    "retry_at": "Next attempt",
+    "worker": "Worker of the latest attempt",
+    "recovered": "Taken back from a lost worker (times)",
+    "requeued": "Returned unstarted (times)",
+}
+#: A waiting workflow's facts in words; `queue:<position>` reads "Child <position> runs in queue".
+WORKFLOW_LABELS = {
+    "kind": "Kind",
+    "stage": "Stage",
+    "n": "Children",
+    "made": "Children made so far",
+    "done": "Children finished",
+    "created": "Created",
+    "start_at": "Starts",
+    "retention": "Kept after it ends",
+    "queue": "Queue",
+    "on_error": "When a child fails",
+    "parent": "Parent workflow",
+    "parent_queue": "Parent's queue",
+    "position": "Position in its parent",
+    "driving": "Asking for more children",
+    "exhausted": "No more children to come",
+    "state": "Iterator state",
+}
+#: Workflow facts holding epoch milliseconds, and lengths of time in milliseconds.
+WORKFLOW_MS_TIMES = ("created", "start_at")
+WORKFLOW_MS_LENGTHS = ("retention",)
+
+
+def in_words(key: str) -> str:
+    """`max_retries` -> `Max retries`."""
+    return key.replace("_", " ").strip().capitalize()
+
+
 class TaskList:
     """A queue's tasks in one state as a sequence Django's Paginator can page through.
 
@@ -48,18 +101,29 @@ class TaskList:
     with offsets, so a page costs the same whether the list holds ten tasks or millions.
     """
 
-    def __init__(self, ops: Operations, queue: str, state: TaskState, *, total: int | None = None) -> None:
+    def __init__(
+        self,
+        ops: Operations,
+        queue: str,
+        state: TaskState,
+        *,
+        total: int | None = None,
+        reverse: bool = False,
+    ) -> None:
         self.ops = ops
         self.queue = queue
         self.state = state
         self.total = total
+        self.reverse = reverse
 
     def count(self) -> int:
         return self.total if self.total is not None else self.ops.count(self.queue, self.state)
 
     def __getitem__(self, bounds: slice) -> list[TaskInfo]:
         start, stop = bounds.start or 0, bounds.stop
-        return self.ops.list_tasks(self.queue, self.state, offset=start, limit=max(stop - start, 0))
+        return self.ops.list_tasks(
+            self.queue, self.state, offset=start, limit=max(stop - start, 0), reverse=self.reverse
+        )
 
 
 @live_view()
@@ -84,12 +148,20 @@ def task_list(request: HttpRequest, model_admin: ModelAdmin, ops: Operations, st
             return HttpResponseRedirect(task_url(model_admin, found.id, found.queue))
 
     name = request.GET.get("name", "").strip()
+    per_page = page_size(request.GET.get("per_page"))
+    orders = ORDER_LABELS.get(task_state, ("oldest first", "newest first"))
+    reverse = request.GET.get("order") == "reverse"
     if name:
         object_list: Any = ops.search_by_name(queue, task_state, name, scan=NAME_SEARCH_SCAN)
     else:
-        object_list = TaskList(ops, queue, task_state, total=counts[queue])
-    page = Paginator(object_list, PER_PAGE).get_page(request.GET.get("page"))
-    base_query = {"queue": queue, "name": name}
+        object_list = TaskList(ops, queue, task_state, total=counts[queue], reverse=reverse)
+    page = Paginator(object_list, per_page).get_page(request.GET.get("page"))
+    base_query = {
+        "queue": queue,
+        "name": name,
+        "per_page": per_page if per_page != PER_PAGE else None,
+        "order": "reverse" if reverse else None,
+    }
 
     context = page_context(
         request,
@@ -121,6 +193,30 @@ def task_list(request: HttpRequest, model_admin: ModelAdmin, ops: Operations, st
             for number in page.paginator.get_elided_page_range(page.number, on_each_side=2, on_ends=1)
         ],
         rows=[task_row(model_admin, task) for task in page.object_list],
+        page_sizes=[
+            (
+                size,
+                size == per_page,
+                admin_url(model_admin, "tasks", task_state, query={**base_query, "per_page": size}),
+            )
+            for size in PAGE_SIZES
+        ],
+        orders=[
+            (
+                label,
+                is_reverse == reverse,
+                admin_url(
+                    model_admin,
+                    "tasks",
+                    task_state,
+                    query={**base_query, "order": "reverse" if is_reverse else None},
+                ),
+            )
+            for label, is_reverse in zip(orders, (False, True), strict=True)
+        ]
+        if not name
+        else [],
+        can_empty=Action.DELETE in [offer.action for offer in offers(task_state, bulk=True)],
         time_label=STATE_TIME_LABELS.get(task_state),
         actions=offers(task_state),
         bulk_actions=offers(task_state, bulk=True),
@@ -130,20 +226,34 @@ def task_list(request: HttpRequest, model_admin: ModelAdmin, ops: Operations, st
     return TemplateResponse(request, "admin/django_rtq/task_list.html", context)
 
 
+def page_size(asked: str | None) -> int:
+    """The page size asked for if it is one of PAGE_SIZES, else the default."""
+    try:
+        size = int(asked or PER_PAGE)
+    except ValueError:
+        return PER_PAGE
+    return size if size in PAGE_SIZES else PER_PAGE
+
+
 def task_row(model_admin: ModelAdmin, task: TaskInfo) -> dict[str, Any]:
     message = task.message
     return {
         "id": task.id,
         "url": task_url(model_admin, task.id, task.queue),
         "task": message.task if message else None,
-        "args": shorten(json.dumps([message.args, message.kwargs])[1:-1]) if message else None,
+        "arguments": [message.args, message.kwargs] if message else None,
         "priority": message.priority if message else None,
         "enqueued_at": django_datetime(message.enqueued_at) if message else None,
         "retried": task.retried,
-        "error": shorten(task.last_error),
+        "error": shorten(task.last_error, ERROR_SHOWN),
         "at": django_datetime(task.score_at),
         "owner": task.owner,
+        "actions": offers(task.state),
     }
+
+
+#: Longest error a list cell carries (in full on hover); the task page shows it all.
+ERROR_SHOWN = 2000
 
 
 def shorten(text: str | None, width: int = 80) -> str | None:
@@ -176,14 +286,16 @@ def task_detail(request: HttpRequest, model_admin: ModelAdmin, ops: Operations, 
         list_url=admin_url(model_admin, "tasks", task.state, query={"queue": task.queue}),
         time_label=STATE_TIME_LABELS.get(task.state),
         at=django_datetime(task.score_at),
-        args=json.dumps(message.args, indent=2, ensure_ascii=False) if message else None,
-        kwargs=json.dumps(message.kwargs, indent=2, ensure_ascii=False) if message else None,
         options=task_options(message) if message else [],
-        facts=[(key, read_fact(key, value)) for key, value in info.items() if key not in INFO_SHOWN_APART],
+        facts=[
+            (FACT_LABELS.get(key) or in_words(key), read_fact(key, value))
+            for key, value in info.items()
+            if key not in INFO_SHOWN_APART
+        ],
         attempts=read_attempts(info),
         error_type=info.get("error_type"),
         traceback=info.get("traceback") or None,
-        result=json.dumps(task.result, indent=2, ensure_ascii=False) if task.result is not None else None,
+        has_result=task.result is not None,
         # a workflow's progress: on the task info, or (workflows) a column of its own
         progress=read_progress(getattr(task, "progress", None) or info.get("progress")),
         parent_url=task_url(model_admin, message.parent, getattr(message, "parent_queue", None))
@@ -191,7 +303,7 @@ def task_detail(request: HttpRequest, model_admin: ModelAdmin, ops: Operations, 
         else None,
         # a waiting workflow's running children (TaskInfo.children), or those its info lists
         children=read_children(model_admin, list(getattr(task, "children", [])) or info.get("children")),
-        workflow=sorted((getattr(task, "workflow", None) or {}).items()),
+        workflow=workflow_facts(getattr(task, "workflow", None) or {}),
         actions=offers(task.state),
         action_url=admin_url(model_admin, "task_action"),
         here=request.get_full_path(),
@@ -207,8 +319,23 @@ def task_options(message: Any) -> list[tuple[str, Any]]:
             value = django_datetime(value) if value else None
         elif name in SECONDS_OPTIONS and value is not None:
             value = format_duration(value)
-        options.append((name.replace("_", " "), value))
+        options.append((in_words(name), value))
     return options
+
+
+def workflow_facts(workflow: dict[str, Any]) -> list[tuple[str, Any]]:
+    """A waiting workflow's facts in words, times as datetimes, the children's queues last."""
+    facts, children = [], []
+    for key, value in sorted(workflow.items()):
+        if key.startswith("queue:"):
+            children.append((f"Child {key[6:]} runs in queue", value))
+        elif key in WORKFLOW_MS_TIMES and isinstance(value, int | float):
+            facts.append((WORKFLOW_LABELS[key], django_datetime(value / 1000)))
+        elif key in WORKFLOW_MS_LENGTHS and isinstance(value, int | float):
+            facts.append((WORKFLOW_LABELS[key], format_duration(value / 1000)))
+        else:
+            facts.append((WORKFLOW_LABELS.get(key) or in_words(key), value))
+    return facts + children
 
 
 def read_fact(key: str, value: Any) -> Any:

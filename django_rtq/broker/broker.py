@@ -301,6 +301,21 @@ class Broker:
                 self.client.sadd(self.keys.queues, *new)
             self._known_queues |= new
 
+    def add_timings(self, timings: dict[str, dict[str, float]]) -> None:
+        """Add a worker's counts to the queues' timings histograms (broker/timings.py), pipelined."""
+        with translate_errors():
+            pipe = self.client.pipeline(transaction=False)
+            for queue, fields in timings.items():
+                key = self.queue(queue).timings
+                for name, value in fields.items():
+                    pipe.hincrbyfloat(key, name, value)
+            pipe.execute()
+
+    def timings(self, queue: str) -> dict[str, str]:
+        """The raw timings hash of a queue (broker/timings.py reads it)."""
+        with translate_errors():
+            return self.client.hgetall(self.queue(queue).timings)
+
     def known_queues(self) -> list[str]:
         with translate_errors():
             return sorted(self.client.smembers(self.keys.queues))

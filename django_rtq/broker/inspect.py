@@ -15,6 +15,7 @@ from ..exceptions import TaskNotFound
 from .broker import Broker, translate_errors, utc_day
 from .message import TaskMessage
 from .states import TaskState
+from .timings import Histogram, histograms
 
 logger = logging.getLogger(__name__)
 
@@ -22,6 +23,18 @@ logger = logging.getLogger(__name__)
 NAME_SEARCH_SCAN = 1000
 #: States whose lists show the newest first.
 NEWEST_FIRST = (TaskState.ARCHIVED, TaskState.COMPLETED)
+
+
+#: The states whose sizes QueueStats has, in the order of its fields.
+STATS_STATES = (
+    TaskState.PENDING,
+    TaskState.ACTIVE,
+    TaskState.SCHEDULED,
+    TaskState.RETRY,
+    TaskState.ARCHIVED,
+    TaskState.COMPLETED,
+    TaskState.WAITING,
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,15 +113,7 @@ class Inspector:
         day = utc_day(self.broker.clock())
         with translate_errors():
             pipe = self.client.pipeline(transaction=False)
-            for state in (
-                TaskState.PENDING,
-                TaskState.ACTIVE,
-                TaskState.SCHEDULED,
-                TaskState.RETRY,
-                TaskState.ARCHIVED,
-                TaskState.COMPLETED,
-                TaskState.WAITING,
-            ):
+            for state in STATS_STATES:
                 pipe.zcard(qk.state_set(state))
             pipe.get(qk.processed(day))
             pipe.get(qk.failed(day))
@@ -169,6 +174,11 @@ class Inspector:
     def workers(self) -> list[dict[str, Any]]:
         return self.broker.workers()
 
+    def task_timings(self, queue: str) -> tuple[list[Histogram], list[Histogram]]:
+        """How long a queue's attempts ran, by task type and outcome, and how long its first
+        attempts waited to start, by task type (broker/timings.py)."""
+        return histograms(self.broker.timings(queue))
+
     # Tasks
 
     def count(self, queue: str, state: TaskState | str) -> int:
@@ -176,10 +186,11 @@ class Inspector:
             return self.client.zcard(self.broker.queue(queue).state_set(TaskState(state)))
 
     def list_tasks(
-        self, queue: str, state: TaskState | str, *, offset: int = 0, limit: int = 20
+        self, queue: str, state: TaskState | str, *, offset: int = 0, limit: int = 20, reverse: bool = False
     ) -> list[TaskInfo]:
         """Return a page of a queue's tasks in a state: pending in the order they will run,
-        scheduled and retry by due time, archived and completed newest first."""
+        scheduled and retry by due time, archived and completed newest first; or, with
+        `reverse`, the other way round (the other end of the same ZRANGE)."""
         state = TaskState(state)
         qk = self.broker.queue(queue)
         with translate_errors():
@@ -187,10 +198,36 @@ class Inspector:
                 qk.state_set(state),
                 offset,
                 offset + limit - 1,
-                desc=state in NEWEST_FIRST,
+                desc=(state in NEWEST_FIRST) != reverse,
                 withscores=True,
             )
         return self._load(queue, state, ids_scores)
+
+    def memory_usage(self, queue: str) -> int:
+        """Bytes Redis uses for a queue's fixed keys (state sets, task columns, counters of the
+        queue, commands), by `MEMORY USAGE`: one pipelined round trip. Keys named per task or per
+        day (workflows, uniqueness locks, daily counters) are left out: finding them needs a SCAN."""
+        qk = self.broker.queue(queue)
+        keys = [
+            *(qk.state_set(state) for state in TaskState),
+            *qk.columns,
+            qk.unstarted,
+            qk.seq,
+            qk.paused,
+            qk.idle,
+            qk.periodic,
+            qk.finished,
+            qk.bulk,
+            qk.commands,
+            qk.command,
+            qk.applied,
+        ]
+        with translate_errors():
+            pipe = self.client.pipeline(transaction=False)
+            for key in keys:
+                pipe.memory_usage(key, samples=0)
+            sizes = pipe.execute()
+        return sum(size or 0 for size in sizes)
 
     def search_by_name(
         self, queue: str, state: TaskState | str, text: str, *, scan: int = NAME_SEARCH_SCAN

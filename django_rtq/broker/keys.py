@@ -131,6 +131,10 @@ class QueueKeys:
     def bulk(self) -> str:  # HASH job id -> JSON of an action on whole states (broker/bulk.py)
         return self.prefix + "bulk"
 
+    @property
+    def timings(self) -> str:  # HASH histogram field -> count or sum (broker/timings.py)
+        return self.prefix + "timings"
+
     def bulk_lock(self, job_id: str) -> str:  # STRING held by whoever is carrying a bulk job on
         return f"{self.prefix}bulk_lock:{job_id}"
 

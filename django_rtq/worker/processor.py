@@ -22,6 +22,7 @@ from .. import signals
 from ..broker import Broker, ClaimedTask, TaskMessage
 from ..broker.broker import Completion
 from ..broker.message import child_notice
+from ..broker.timings import Timings
 from ..context import TaskContext, set_current_task
 from ..exceptions import (
     BrokerUnavailable,
@@ -67,6 +68,8 @@ SHORT_TASK_SECONDS = 0.05
 SHORT_TASKS_BUFFER = 4
 #: Weight of the latest handler's duration in the moving average of durations.
 RUN_SECONDS_WEIGHT = 0.2
+#: Seconds between two additions of the worker's run and wait times to Redis (broker/timings.py).
+TIMINGS_FLUSH_SECONDS = 1.0
 #: Share of the lease kept in hand: a worker that could not renew its leases for the rest of
 #: it stops its running tasks before the lease can expire and another worker run them.
 LEASE_SAFETY = 0.2
@@ -124,6 +127,8 @@ class Processor:
         self._running: dict[str, Job] = {}
         self._work: queue_module.SimpleQueue[Job | object | None] = queue_module.SimpleQueue()
         self._outcomes: queue_module.SimpleQueue[Outcome | None] = queue_module.SimpleQueue()
+        self._timings = Timings()  # the settler's alone
+        self._timings_flushed_at = time.monotonic()
         self._stopping = threading.Event()
         self._fetch_stopped = threading.Event()
         # The thread fetching now (None while the role passes from one thread to another).
@@ -821,7 +826,11 @@ class Processor:
 
     def _settle_loop(self) -> None:
         while True:
-            first = self._outcomes.get()
+            try:  # with counts to add, no longer than until they are due
+                first = self._outcomes.get(timeout=TIMINGS_FLUSH_SECONDS if self._timings else None)
+            except queue_module.Empty:
+                self._flush_timings()
+                continue
             batch = [first] if first is not None else []
             last = first is None
             while not last and len(batch) < SETTLE_BATCH:
@@ -842,9 +851,37 @@ class Processor:
                     with self._cond:
                         for outcome in batch:
                             self._owned.pop(outcome.claimed.id, None)
+                self._observe(batch)
+            if last or time.monotonic() - self._timings_flushed_at >= TIMINGS_FLUSH_SECONDS:
+                self._flush_timings()
             if last:
                 connections.close_all()  # signal receivers may have used the database
                 return
+
+    def _observe(self, batch: list[Outcome]) -> None:
+        """Count how long each attempt ran and, for first attempts, waited to start."""
+        for outcome in batch:
+            job = outcome.job
+            if job is None or job.started_at is None:
+                continue  # it never ran
+            message = job.message
+            waited = None
+            if not job.claimed.info:  # a first attempt: it waited from when it was due
+                waited = job.started_at - max(message.enqueued_at or 0.0, message.process_at or 0.0)
+            self._timings.observe(
+                job.claimed.queue,
+                message.task,
+                ran=outcome.finished_at - job.started_at,
+                ok=outcome.failure is None,
+                waited=waited,
+            )
+
+    def _flush_timings(self) -> None:
+        self._timings_flushed_at = time.monotonic()
+        try:
+            self._timings.flush(self.broker.add_timings)
+        except Exception as exc:  # metrics: kept for the next flush, never in the way of tasks
+            logger.debug("could not add run times to Redis yet: %s", exc)
 
     def _settle(self, batch: list[Outcome]) -> None:
         completions: dict[str, list[Completion]] = defaultdict(list)

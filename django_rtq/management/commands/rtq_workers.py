@@ -20,18 +20,7 @@ class Command(OperationsCommand):
             self.stdout.write("No live workers.")
             return
         now = self.now()
-        rows = [
-            (
-                worker.get("id"),
-                worker.get("host"),
-                worker.get("pid"),
-                format_queues(worker.get("queues")),
-                worker.get("concurrency"),
-                len(worker.get("active") or []),
-                format_relative(worker.get("started_at"), now),
-            )
-            for worker in workers
-        ]
+        rows = [(*worker_row(worker), format_relative(worker.get("started_at"), now)) for worker in workers]
         headers = ("ID", "HOST", "PID", "QUEUES", "CONCURRENCY", "IN FLIGHT", "STARTED")
         self.write_lines(render_table(headers, rows, header_style=self.heading))
         running = [(worker.get("id"), task) for worker in workers for task in worker.get("active") or []]
@@ -59,3 +48,15 @@ def format_queues(queues: Any) -> str | None:
     if isinstance(queues, list):
         return ",".join(map(str, queues))
     return None
+
+
+def worker_row(worker: dict[str, Any]) -> tuple[object, ...]:
+    """A worker's id, host, pid, queues, concurrency and tasks in flight, as the tables show them."""
+    return (
+        worker.get("id"),
+        worker.get("host"),
+        worker.get("pid"),
+        format_queues(worker.get("queues")),
+        worker.get("concurrency"),
+        len(worker.get("active") or []),
+    )

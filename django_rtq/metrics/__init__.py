@@ -1,0 +1,1 @@
+"""Prometheus metrics of the queues and workers: mount `django_rtq.metrics.urls` (needs prometheus-client)."""

@@ -1,0 +1,139 @@
+"""The Prometheus collector: queue sizes, daily counters and workers, read through the operations layer."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from ..broker.inspect import STATS_STATES, QueueStats
+from ..broker.timings import Histogram
+from ..exceptions import BrokerUnavailable
+from ..operations import Operations
+
+#: The states `rtq_tasks` reports, in the order of QueueStats' fields.
+STATES = STATS_STATES
+
+SECONDS_PER_DAY = 86400
+REDIS_UP_HELP = "Whether the scrape could read Redis (1) or not (0)."
+
+
+class RTQCollector(Collector):
+    """Yields django-rtq's metric families, read from Redis at each scrape."""
+
+    def __init__(self, ops: Operations) -> None:
+        self.ops = ops
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            stats = [self.ops.queue_stats(name) for name in self.ops.queues()]
+            timings = {s.queue: self.ops.task_timings(s.queue) for s in stats}
+            workers = self.ops.workers()
+            day_started = self.ops.now() // SECONDS_PER_DAY * SECONDS_PER_DAY
+        except BrokerUnavailable:
+            yield GaugeMetricFamily("rtq_redis_up", REDIS_UP_HELP, 0)
+            return
+        yield GaugeMetricFamily("rtq_redis_up", REDIS_UP_HELP, 1)
+        yield from queue_metrics(stats, day_started)
+        yield from timing_metrics(timings)
+        yield from worker_metrics(workers, [s.queue for s in stats])
+
+
+def queue_metrics(stats: list[QueueStats], day_started: float) -> Iterator[Metric]:
+    """The per-queue families: sizes by state, paused, oldest pending age, today's counters."""
+    tasks = GaugeMetricFamily("rtq_tasks", "Tasks in a queue, by state.", labels=["queue", "state"])
+    paused = GaugeMetricFamily(
+        "rtq_queue_paused", "Whether the queue is paused (1) or not (0).", labels=["queue"]
+    )
+    oldest = GaugeMetricFamily(
+        "rtq_queue_oldest_pending_age_seconds",
+        "Seconds since the next pending task of the queue was enqueued; 0 when nothing is pending.",
+        labels=["queue"],
+    )
+    processed = CounterMetricFamily(
+        "rtq_tasks_processed",
+        "Attempts finished in the queue (succeeded or failed) since 00:00 UTC: resets daily.",
+        labels=["queue"],
+    )
+    failed = CounterMetricFamily(
+        "rtq_tasks_failed",
+        "Attempts failed in the queue (retried or archived) since 00:00 UTC: resets daily.",
+        labels=["queue"],
+    )
+    for queue in stats:
+        for state in STATES:
+            tasks.add_metric([queue.queue, str(state)], getattr(queue, str(state)))
+        paused.add_metric([queue.queue], int(queue.paused))
+        oldest.add_metric([queue.queue], queue.oldest_pending_age or 0.0)
+        # `created` tells Prometheus when the counter started from zero: the UTC day's start.
+        processed.add_metric([queue.queue], queue.processed_today, created=day_started)
+        failed.add_metric([queue.queue], queue.failed_today, created=day_started)
+    yield from (tasks, paused, oldest, processed, failed)
+
+
+def timing_metrics(timings: dict[str, tuple[list[Histogram], list[Histogram]]]) -> Iterator[Metric]:
+    """The histograms per task type: how long attempts ran, and how long first attempts waited."""
+    ran = HistogramMetricFamily(
+        "rtq_task_duration_seconds",
+        "How long attempts ran, by task type and outcome (success or failure).",
+        labels=["queue", "task", "outcome"],
+    )
+    waited = HistogramMetricFamily(
+        "rtq_task_queue_latency_seconds",
+        "How long first attempts waited to start, from when they were due (enqueued or scheduled).",
+        labels=["queue", "task"],
+    )
+    for queue, (durations, waits) in sorted(timings.items()):
+        for histogram in durations:
+            ran.add_metric(
+                [queue, histogram.task, histogram.outcome or ""], histogram.cumulative(), histogram.sum
+            )
+        for histogram in waits:
+            waited.add_metric([queue, histogram.task], histogram.cumulative(), histogram.sum)
+    yield from (ran, waited)
+
+
+def worker_metrics(workers: list[dict[str, Any]], queues: list[str]) -> Iterator[Metric]:
+    """The worker families: how many are alive, their threads and running tasks, consumers per queue."""
+    yield GaugeMetricFamily("rtq_workers", "Workers whose heartbeat is current.", len(workers))
+    yield GaugeMetricFamily(
+        "rtq_worker_threads",
+        "Task threads of the live workers (their concurrency, summed).",
+        sum(_number(worker.get("concurrency")) for worker in workers),
+    )
+    yield GaugeMetricFamily(
+        "rtq_worker_running_tasks",
+        "Tasks the live workers are running.",
+        sum(len(worker.get("active") or []) for worker in workers),
+    )
+    consumers = GaugeMetricFamily(
+        "rtq_queue_workers", "Live workers that consume the queue.", labels=["queue"]
+    )
+    counts = dict.fromkeys(queues, 0)
+    for worker in workers:
+        for name in _queue_names(worker.get("queues")):
+            counts[name] = counts.get(name, 0) + 1
+    for name, count in sorted(counts.items()):
+        consumers.add_metric([name], count)
+    yield consumers
+
+
+def _queue_names(queues: Any) -> list[str]:
+    """A worker's queues as its info has them: {name: weight} or a list of names."""
+    if isinstance(queues, dict | list):
+        return [str(name) for name in queues]
+    return []
+
+
+def _number(value: Any) -> float:
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else 0
+
+
+def registry_for(ops: Operations) -> CollectorRegistry:
+    """A registry of its own per scrape: nothing is registered globally, so importing this module
+    changes no other metrics the project exposes."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(RTQCollector(ops))
+    return registry
