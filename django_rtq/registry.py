@@ -398,7 +398,8 @@ def _arguments_json(
     raise InvalidTask(f"The arguments of task {task_name!r} must be JSON-serializable.")
 
 
-#: Types whose values come back from JSON as they were (subclasses are checked further).
+#: Types whose values come back from JSON as they were; one of their subclasses (an IntEnum)
+#: comes back as the type it derives from.
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
@@ -410,19 +411,22 @@ def _changed_by_json(
     if isinstance(value, tuple) and not tuples_become_lists:
         return path, "a tuple decodes as a list (pass a list)"
     if isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            if isinstance(item, list | tuple | dict):
-                changed = _changed_by_json(item, tuples_become_lists, (*path, i))
-                if changed:
-                    return changed
+        items: Iterable[tuple[Any, Any]] = enumerate(value)
     elif isinstance(value, dict):
-        for key, item in value.items():
+        for key in value:
             if not isinstance(key, str):
                 return (*path, key), f"the key {key!r} decodes as the string {json.dumps(key)!r}"
-            if isinstance(item, list | tuple | dict):
-                changed = _changed_by_json(item, tuples_become_lists, (*path, key))
-                if changed:
-                    return changed
+        items = value.items()
+    elif type(value) not in _SCALARS:
+        base = next(t for t in (bool, int, float, str) if isinstance(value, t))
+        return path, f"a {type(value).__name__} decodes as a plain {base.__name__}"
+    else:
+        return None
+    for where, item in items:
+        if type(item) not in _SCALARS:
+            changed = _changed_by_json(item, tuples_become_lists, (*path, where))
+            if changed:
+                return changed
     return None
 
 

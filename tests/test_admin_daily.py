@@ -7,7 +7,7 @@ import html
 import json
 import re
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.template import Context, Template
@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from django_rtq.admin_views.tasks import PAGE_SIZES, PER_PAGE
 from django_rtq.broker import TaskState
+from django_rtq.connection import get_broker
 from django_rtq.models import FinishedTask
 from django_rtq.operations import Operations
 from django_rtq.templatetags.rtq_admin import rtq_count, rtq_short, rtq_when
@@ -255,6 +256,23 @@ def test_the_dashboard_shows_memory_per_queue(broker, superuser_client):
     [emails] = [queue for queue in page.context["queues"] if queue["name"] == Q]
     assert emails["memory"] > 0
     assert f'data-memory="{emails["memory"]}"' in page.text
+
+
+def test_a_redis_that_refuses_memory_usage_shows_a_dash(prefix, superuser_client):
+    from django_rtq.testing import use_fake_redis
+
+    with use_fake_redis():  # fakeredis has no MEMORY, as some managed Redis refuse it
+        enqueue(get_broker(), Q, count=3)
+        page = superuser_client.get(DASHBOARD)
+    assert page.status_code == 200
+    [emails] = [queue for queue in page.context["queues"] if queue["name"] == Q]
+    assert emails["memory"] is None and 'title="Redis refuses MEMORY USAGE here">—</td>' in page.text
+
+
+def test_times_read_the_same_without_time_zone_support(settings):
+    settings.USE_TZ = False
+    assert ">3 minutes ago</time>" in rtq_when(time.time() - 180)
+    assert ">in 2 hours</time>" in rtq_when(datetime.now() + timedelta(hours=2, seconds=30))
 
 
 def test_memory_needs_the_view_permission(broker, outsider_client):

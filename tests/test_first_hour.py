@@ -3,6 +3,7 @@ API is a system check error, and `rtq_task` shows each attempt's error readably.
 
 from __future__ import annotations
 
+import enum
 import logging
 import re
 import sys
@@ -282,6 +283,15 @@ def test_arguments_json_would_change_are_refused(broker, args, expected):
         testapp_tasks.add.enqueue(*args)
     assert expected in str(raised.value)
     assert pending_count(broker) == 0
+
+
+def test_an_enum_argument_is_refused_for_it_would_arrive_as_its_value(broker):
+    class Size(enum.IntEnum):
+        LARGE = 3
+
+    with pytest.raises(exceptions.InvalidArguments, match=r"argument 1 .*: a Size decodes as a plain int"):
+        testapp_tasks.add.enqueue(1, Size.LARGE)
+    assert testapp_tasks.add.prepare(1, True).args == [1, True]  # bool is a type of its own in JSON
 
 
 def test_keyword_arguments_are_named_where_they_would_change(broker):

@@ -164,3 +164,28 @@ def test_the_live_view_rides_out_redis_being_away(prefix, settings, monkeypatch)
     finally:
         reset_broker()
     assert output.count("Cannot reach Redis") == 2
+
+
+def test_no_rate_across_midnight_utc_when_the_daily_counter_starts_again():
+    from django_rtq.broker.inspect import QueueStats
+
+    def stats(processed: int) -> QueueStats:
+        return QueueStats(
+            queue="default",
+            pending=0,
+            active=0,
+            scheduled=0,
+            retry=0,
+            archived=0,
+            completed=0,
+            waiting=0,
+            processed_today=processed,
+            failed_today=0,
+            paused=False,
+            oldest_pending_age=None,
+        )
+
+    midnight = 1_795_478_400.0  # 2026-11-24 00:00 UTC
+    before = rtq_top.Snapshot(at=midnight - 1, queues=[stats(3)], workers=[])
+    assert rtq_top.rate(stats(10), midnight + 1, before) is None  # not 3.5/s
+    assert rtq_top.rate(stats(10), midnight - 0.5, before) == 14.0

@@ -154,3 +154,22 @@ def test_fake_redis_without_lua_support_says_what_to_install(monkeypatch):
     )
     with pytest.raises(ImproperlyConfigured, match=r'pip install "fakeredis\[lua\]"'), use_fake_redis():
         pass
+
+
+def test_a_fake_redis_block_inside_another_returns_to_the_outer_one(prefix, redis_client):
+    with use_fake_redis() as outer:
+        with use_fake_redis() as inner:
+            first = total.enqueue(1)
+        second = total.enqueue(2)  # after the inner block: on the outer fake server again
+        assert inner.hget(f"{prefix}:{{default}}:state", first.id) == "pending"
+        assert outer.hget(f"{prefix}:{{default}}:state", second.id) == "pending"
+    assert list(redis_client.scan_iter(f"{prefix}:*")) == []
+
+
+def test_a_burst_without_redis_gives_up_and_says_so(prefix, settings):
+    from django_rtq.exceptions import BrokerUnavailable
+    from tests.servers import free_port
+
+    settings.RTQ = {**settings.RTQ, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
+    with pytest.raises(BrokerUnavailable, match=r"gave up: Redis was unreachable for 0.5s"):
+        run_worker_burst(give_up_after=0.5, timeout=60)

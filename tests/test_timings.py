@@ -55,3 +55,15 @@ def test_fields_of_another_form_are_left_out():
     )
     assert [(h.task, h.counts[0], h.sum) for h in durations] == [("a", 2, 0.002)]
     assert [(h.task, sum(h.counts)) for h in waits] == [("b", 0)]
+
+
+def test_counts_are_dropped_after_an_error_that_may_have_added_part_of_them():
+    timings = Timings()
+    timings.observe("default", "shop.send", ran=0.3, ok=True)
+
+    def half_done(pending):
+        raise ValueError("WRONGTYPE Operation against a key holding the wrong kind of value")
+
+    with pytest.raises(ValueError):
+        timings.flush(half_done)
+    assert not timings  # adding them again could count some twice

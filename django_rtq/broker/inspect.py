@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import redis
+
 from ..exceptions import TaskNotFound
 from .broker import Broker, translate_errors, utc_day
 from .message import TaskMessage
@@ -203,7 +205,7 @@ class Inspector:
             )
         return self._load(queue, state, ids_scores)
 
-    def memory_usage(self, queue: str) -> int:
+    def memory_usage(self, queue: str) -> int | None:
         """Bytes Redis uses for a queue's fixed keys (state sets, task columns, counters of the
         queue, commands), by `MEMORY USAGE`: one pipelined round trip. Keys named per task or per
         day (workflows, uniqueness locks, daily counters) are left out: finding them needs a SCAN."""
@@ -221,12 +223,17 @@ class Inspector:
             qk.commands,
             qk.command,
             qk.applied,
+            qk.timings,
         ]
         with translate_errors():
             pipe = self.client.pipeline(transaction=False)
             for key in keys:
-                pipe.memory_usage(key, samples=0)
-            sizes = pipe.execute()
+                # Redis's default sampling: exact sizes would walk every task of every column.
+                pipe.memory_usage(key)
+            try:
+                sizes = pipe.execute()
+            except redis.ResponseError:  # MEMORY refused (an ACL, a managed Redis, fakeredis)
+                return None
         return sum(size or 0 for size in sizes)
 
     def search_by_name(

@@ -18,6 +18,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..exceptions import BrokerUnavailable
+
 #: Upper bounds (seconds) of the buckets of run times.
 DURATION_BOUNDS = (
     0.005,
@@ -91,8 +93,8 @@ class Timings:
             self._wait_sums[queue, task] += waited
 
     def flush(self, add: Callable[[dict[str, dict[str, float]]], None]) -> None:
-        """Hand the counts, as hash fields by queue, to `add` (Broker.add_timings); keep them
-        for the next flush if it raises."""
+        """Hand the counts, as hash fields by queue, to `add` (Broker.add_timings). If Redis is
+        unreachable they are kept for the next flush; after any other error they are dropped."""
         if not self:
             return
         by_queue: dict[str, dict[str, float]] = defaultdict(dict)
@@ -104,7 +106,16 @@ class Timings:
             by_queue[queue][f"w|{task}|{bucket}"] = count
         for (queue, task), total in self._wait_sums.items():
             by_queue[queue][f"w|{task}|sum"] = total
-        add(by_queue)  # if it raises, the counts stay for the next flush
+        try:
+            add(by_queue)
+        except BrokerUnavailable:
+            raise  # nothing was added: the counts stay for the next flush
+        except Exception:
+            self._clear()  # part of the pipeline may have been applied: adding it again would count twice
+            raise
+        self._clear()
+
+    def _clear(self) -> None:
         self._runs.clear()
         self._run_sums.clear()
         self._waits.clear()

@@ -37,7 +37,7 @@ def as_datetime(value: Any) -> datetime | None:
 
 def relative(moment: datetime, now: datetime | None = None) -> str:
     """`3 minutes ago`, `in 2 hours`, `just now`."""
-    now = now or timezone.now()
+    now = now or datetime.now(UTC)  # aware whatever USE_TZ says, as `moment` is
     seconds = (moment - now).total_seconds()
     if abs(seconds) < 60:
         return "just now" if seconds <= 0 else "in under a minute"

@@ -21,6 +21,10 @@ def fake_broker(server: Any) -> Broker:
     return connection.broker_for(fakeredis.FakeRedis(server=server, decode_responses=True))
 
 
+#: The fake servers of the use_fake_redis() blocks open now, innermost last.
+_servers: list[Any] = []
+
+
 @contextmanager
 def use_fake_redis(server: Any = None) -> Iterator[Any]:
     """Inside the block, `get_broker()` (so enqueues, workers, the admin, the API and the
@@ -28,8 +32,9 @@ def use_fake_redis(server: Any = None) -> Iterator[Any]:
     `fakeredis.FakeRedis` client of that server, to look at its keys.
 
     The Lua scripts need fakeredis's Lua support: `pip install "fakeredis[lua]"`. A change of
-    settings.RTQ inside the block builds a new broker on the same fake server; on leaving, the
-    broker is reset, so the next use connects to the configured Redis again.
+    settings.RTQ inside the block builds a new broker on the same fake server. On leaving, the
+    broker is reset, so the next use connects to the configured Redis again; or, for a block
+    inside another one, to the outer block's fake server.
     """
     if importlib.util.find_spec("fakeredis") is None or importlib.util.find_spec("lupa") is None:
         raise ImproperlyConfigured(
@@ -47,10 +52,14 @@ def use_fake_redis(server: Any = None) -> Iterator[Any]:
     connection.reset_broker()
     connection.set_broker(fake_broker(server))
     setting_changed.connect(rebuild, weak=False)
+    _servers.append(server)
     client = fakeredis.FakeRedis(server=server, decode_responses=True)
     try:
         yield client
     finally:
+        _servers.pop()
         setting_changed.disconnect(rebuild)
         client.close()
         connection.reset_broker()
+        if _servers:  # back to the fake server of the block this one is inside
+            connection.set_broker(fake_broker(_servers[-1]))

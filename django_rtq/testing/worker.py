@@ -9,7 +9,8 @@ from typing import Any
 
 from .. import signals
 from ..broker.message import TaskMessage
-from ..worker.server import Worker
+from ..exceptions import BrokerUnavailable
+from ..worker.server import EXIT_REDIS_UNREACHABLE, Worker
 
 #: Seconds a burst may take by default before it is stopped and BurstTimeout raised.
 DEFAULT_BURST_TIMEOUT = 30.0
@@ -46,17 +47,26 @@ def run_worker_burst(
     concurrency: int = 1,
     timeout: float = DEFAULT_BURST_TIMEOUT,
     shutdown_timeout: float | None = None,
+    give_up_after: float | None = None,
 ) -> BurstSummary:
     """Run a `Worker` with `burst=True` on the configured broker (the real Redis, or the fake
     one under `use_fake_redis`) until its queues (RTQ["QUEUES"] unless given) have nothing
     pending nor due; return a summary. Handlers run in the worker's threads, as in production.
 
     Raises BurstTimeout, once the worker stopped, if the queues are not drained in `timeout`
-    seconds; RuntimeError if a thread of the worker died.
+    seconds; BrokerUnavailable if Redis stayed unreachable for `give_up_after` seconds (the
+    worker's default, 30, unless given); RuntimeError if a thread of the worker died; and what
+    the worker itself raised.
     """
     if queues is not None and not isinstance(queues, dict):
         queues = dict.fromkeys(queues, 1)
-    worker = Worker(queues=queues, concurrency=concurrency, burst=True, shutdown_timeout=shutdown_timeout)
+    worker = Worker(
+        queues=queues,
+        concurrency=concurrency,
+        burst=True,
+        shutdown_timeout=shutdown_timeout,
+        give_up_after=give_up_after,
+    )
     summary = BurstSummary()
     lock = threading.Lock()
 
@@ -89,9 +99,15 @@ def run_worker_burst(
     for signal, receiver in receivers:
         signal.connect(receiver, weak=False)
     status: list[int] = []
-    thread = threading.Thread(
-        target=lambda: status.append(worker.run()), name="rtq-burst-worker", daemon=True
-    )
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            status.append(worker.run())
+        except BaseException as exc:  # raised again in the caller's thread below
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, name="rtq-burst-worker", daemon=True)
     try:
         # Its own thread: Worker.run() in the main thread would take over SIGINT and SIGTERM.
         thread.start()
@@ -108,6 +124,12 @@ def run_worker_burst(
             f"The burst worker did not drain queues {', '.join(worker.queues)} within {timeout}s "
             f"(so far: {summary.succeeded} succeeded, {summary.failed} failed); it was stopped. "
             f"A task still running, or more tasks keep coming?"
+        )
+    if errors:
+        raise errors[0]
+    if status == [EXIT_REDIS_UNREACHABLE]:
+        raise BrokerUnavailable(
+            f"The burst worker gave up: Redis was unreachable for {worker.give_up_after}s."
         )
     if status != [0]:
         raise RuntimeError("The burst worker stopped because one of its threads died: see the log.")

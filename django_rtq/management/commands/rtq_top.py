@@ -9,6 +9,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
+from django_rtq.broker.broker import utc_day
 from django_rtq.broker.inspect import QueueStats
 from django_rtq.exceptions import BrokerUnavailable
 from django_rtq.formats import plural
@@ -118,7 +119,7 @@ class Command(OperationsCommand):
 def rate(stats: QueueStats, at: float, previous: Snapshot | None) -> float | None:
     """Attempts finished per second since the previous frame; None without one, or across
     midnight UTC (the daily counter started again)."""
-    if previous is None or at <= previous.at:
+    if previous is None or at <= previous.at or utc_day(at) != utc_day(previous.at):
         return None
     before = next((s for s in previous.queues if s.queue == stats.queue), None)
     if before is None or stats.processed_today < before.processed_today:
