@@ -1,4 +1,5 @@
-"""The app config: finds the task modules (django_rtq/discovery.py) and registers the system checks."""
+"""The app config: finds the task modules (django_rtq/discovery.py), registers the system checks
+and puts the project's flow-control limits in force."""
 
 from django.apps import AppConfig
 
@@ -17,3 +18,7 @@ class RTQConfig(AppConfig):
 
         discover_task_modules()
         from . import checks  # noqa: F401  (registers the system checks)
+        from .connection import use_limits
+        from .flow_control import project_limits
+
+        use_limits(project_limits)

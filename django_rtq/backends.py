@@ -22,14 +22,14 @@ from django.utils.module_loading import import_string
 from .broker.inspect import TaskInfo
 from .broker.message import TaskMessage
 from .broker.states import TaskState
-from .conf import get_settings, validate_queue_name
+from .conf import LIMIT_OPTIONS, get_settings, validate_queue_name
 from .connection import get_broker
 from .context import current_task
 from .exceptions import InvalidArguments, InvalidTask, TaskNotFound
 from .formats import django_datetime
 from .models import FinishedTask
 from .operations import Operations
-from .registry import TaskType, build_message, register_task
+from .registry import TaskType, build_message, register_task, task_limit
 
 try:  # Django 6.0+
     from django.tasks.backends.base import BaseTaskBackend
@@ -66,7 +66,8 @@ KNOWN_TASKS = 256
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RTQTask(Task):
     """A `django.tasks` Task that also takes django-rtq's options:
-    `@task(max_retries=3, timeout=60, unique=True, retention=3600)`."""
+    `@task(max_retries=3, timeout=60, unique=True, retention=3600)`, and flow control:
+    `@task(rate_limit="20/s", burst=40, max_concurrency=3)`."""
 
     max_retries: int | None = None
     timeout: float | None = None
@@ -74,6 +75,9 @@ class RTQTask(Task):
     retry_backoff: Any = None
     unique: bool | float = False
     unique_key: str | None = None
+    rate_limit: str | None = None
+    burst: int | None = None
+    max_concurrency: int | None = None
 
     @property
     def rtq_task_type(self) -> TaskType:
@@ -84,12 +88,15 @@ class RTQTask(Task):
             "priority": self.priority,
             **backend.task_defaults,
         }
-        for name in ("max_retries", "timeout", "retention", "retry_backoff", "unique_key"):
+        for name in (
+            "max_retries", "timeout", "retention", "retry_backoff", "unique_key", *LIMIT_OPTIONS,
+        ):  # fmt: skip
             value = getattr(self, name)
             if value is not None:
                 options[name] = value
         if self.unique:
             options["unique"] = self.unique
+        task_limit(options, self.module_path)
         return TaskType(func=_runner(self), name=self.module_path, options=options)
 
 

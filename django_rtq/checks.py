@@ -115,7 +115,8 @@ def check_tasks_queues(app_configs: Any = None, **kwargs: Any) -> list[checks.Ch
 @checks.register(TAG)
 def check_queue_names(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """W004: a task type's queue is not in RTQ['QUEUES']; W005: a queue of RTQ['QUEUES'] that
-    nothing names (no task type, schedule or TASKS backend, and not DEFAULT_QUEUE): a typo?"""
+    nothing names (no task type, schedule or TASKS backend, and not DEFAULT_QUEUE): a typo?
+    W007: a queue of RTQ['QUEUE_LIMITS'] that the project names nowhere else: a typo?"""
     from .queue_names import queues_named_elsewhere
     from .registry import registered_tasks
 
@@ -146,6 +147,18 @@ def check_queue_names(app_configs: Any = None, **kwargs: Any) -> list[checks.Che
                     "silence this with SILENCED_SYSTEM_CHECKS = ['django_rtq.W005'].",
                     obj="settings.RTQ",
                     id="django_rtq.W005",
+                )
+            )
+    for queue in conf.QUEUE_LIMITS:
+        if queue not in conf.QUEUES and queue not in elsewhere:
+            messages.append(
+                checks.Warning(
+                    f"RTQ['QUEUE_LIMITS'] limits queue {queue!r}, which the project names nowhere else "
+                    "(not in RTQ['QUEUES'], nor the queue of a task type, schedule or TASKS backend): "
+                    "is it a typo?",
+                    hint=f"Known queues: {', '.join(sorted({*conf.QUEUES, *elsewhere}))}.",
+                    obj="settings.RTQ",
+                    id="django_rtq.W007",
                 )
             )
     return messages

@@ -12,6 +12,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from .broker.limits import Limit, make_limit
+
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_KEY_PREFIX = "rtq"
 DEFAULT_QUEUE = "default"
@@ -57,6 +59,9 @@ class RTQSettings:
     QUEUES: dict[str, int] = field(default_factory=lambda: {DEFAULT_QUEUE: 1})
     DEFAULT_QUEUE: str = DEFAULT_QUEUE
     STRICT_PRIORITY: bool = False
+    # queue name -> {"rate_limit": "100/m", "burst": 10, "max_concurrency": 5}: limits every task
+    # of the queue counts against, across all workers (docs/flow-control.md); parsed into Limits
+    QUEUE_LIMITS: dict[str, Limit] = field(default_factory=dict)
     CONCURRENCY: int = DEFAULT_CONCURRENCY
     MAX_RETRIES: int = DEFAULT_MAX_RETRIES
     TIMEOUT: float | None = DEFAULT_TIMEOUT_SECONDS
@@ -128,6 +133,8 @@ def get_settings() -> RTQSettings:
         raise ImproperlyConfigured(
             f"settings.RTQ['TASK_MODULES'] must be a list of module paths, not {modules!r}."
         )
+    if "QUEUE_LIMITS" in values:
+        values["QUEUE_LIMITS"] = parse_queue_limits(values["QUEUE_LIMITS"])
     return RTQSettings(**values)
 
 
@@ -163,6 +170,32 @@ def parse_queues(queues: Any) -> dict[str, int]:
         parsed[name] = weight
     if not parsed:
         raise ImproperlyConfigured("At least one queue is needed.")
+    return parsed
+
+
+LIMIT_OPTIONS = ("rate_limit", "burst", "max_concurrency")
+
+
+def parse_queue_limits(limits: Any) -> dict[str, Limit]:
+    """Validate `RTQ["QUEUE_LIMITS"]` ({queue: {"rate_limit": ..., "burst": ..., "max_concurrency": ...}})."""
+    if not isinstance(limits, dict):
+        raise ImproperlyConfigured(
+            f"settings.RTQ['QUEUE_LIMITS'] must be a dict of queue name -> limits, not {limits!r}."
+        )
+    parsed = {}
+    for queue, options in limits.items():
+        where = f"settings.RTQ['QUEUE_LIMITS'][{queue!r}]"
+        validate_queue_name(queue if isinstance(queue, str) else "")
+        if not isinstance(options, dict) or not options or set(options) - set(LIMIT_OPTIONS):
+            raise ImproperlyConfigured(
+                f"{where} must be a dict of some of {', '.join(LIMIT_OPTIONS)}, not {options!r}."
+            )
+        try:
+            limit = make_limit(**options, where=where)
+        except ValueError as exc:
+            raise ImproperlyConfigured(str(exc)) from None
+        if limit is not None:
+            parsed[queue] = limit
     return parsed
 
 

@@ -16,6 +16,7 @@ from django.utils.module_loading import import_string
 from redis.exceptions import RedisClusterException, RedisError
 
 from .broker import Broker
+from .broker.limits import FlowLimits, LimitsSource, no_limits
 from .conf import RTQSettings, get_settings
 from .exceptions import BrokerUnavailable
 from .redis_url import Client, RedisTarget, close_client, connect, parse_url, query_options, redact
@@ -178,6 +179,9 @@ def _import(path: Any, option: str) -> Any:
         raise ImproperlyConfigured(f"OPTIONS[{option!r}] cannot be imported: {exc}") from None
 
 
+_limits_source: LimitsSource = no_limits
+
+
 def get_broker() -> Broker:
     """Return this process's broker, creating it from settings on first use."""
     global _broker
@@ -195,15 +199,29 @@ def get_broker() -> Broker:
 
 
 def broker_for(client: Any, conf: RTQSettings | None = None) -> Broker:
-    """A broker over `client`, configured from settings (key prefix, counters, leases, mirror)."""
+    """A broker over `client`, configured from settings (key prefix, counters, leases, mirror)
+    and applying the project's flow-control limits."""
     conf = conf or get_settings()
-    return Broker(
+    broker = Broker(
         client,
         prefix=conf.KEY_PREFIX,
         counter_ttl=int(conf.STATS_TTL),
         lease_seconds=conf.LEASE_SECONDS,
         mirror=conf.MIRROR,
     )
+    broker.limits = _limits
+    return broker
+
+
+def use_limits(source: LimitsSource) -> None:
+    """Make the brokers of this module apply the limits `source` returns (the app's ready()
+    passes the project's: django_rtq/flow_control.py, which reads the registry, above this module)."""
+    global _limits_source
+    _limits_source = source
+
+
+def _limits() -> FlowLimits:
+    return _limits_source()
 
 
 def set_broker(broker: Broker) -> None:

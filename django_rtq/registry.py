@@ -21,8 +21,9 @@ from django.db import transaction
 from django.utils.module_loading import import_string
 
 from . import signals
+from .broker.limits import Limit, make_limit
 from .broker.message import MAX_PRIORITY, MIN_PRIORITY, TaskMessage
-from .conf import get_settings, validate_queue_name
+from .conf import LIMIT_OPTIONS, get_settings, validate_queue_name
 from .connection import get_broker
 from .exceptions import InvalidArguments, InvalidTask
 from .queue_names import note_task_queue, warn_if_unnamed
@@ -46,6 +47,7 @@ TYPE_OPTIONS = frozenset(
         "cron",
         "every",
         "expose",
+        *LIMIT_OPTIONS,
     }
 )
 #: Type options that make a task periodic (see periodic.py); not for one call.
@@ -59,6 +61,8 @@ TASK_ID_PATTERN = re.compile(r"(?:(?![/\\%?#])[!-~]){1,255}")
 TASK_ID_RULE = "1 to 255 printable ASCII characters other than / \\ % ? # (no spaces)"
 
 _registry: dict[str, TaskType] = {}
+#: Bumped at each registration, so that what is derived from the registry knows to start over.
+_generation = 0
 #: What makes a workflow step of a task call, for `TaskType.s()` and `.si()`: the workflows sit
 #: above the registry, so they hand it over when imported (see `set_step_factory`).
 _step_factory: Callable[..., Signature] | None = None
@@ -85,13 +89,20 @@ class TaskType:
         return bool(self.options.get("expose"))
 
     @property
+    def limit(self) -> Limit | None:
+        """Its flow-control limits (`rate_limit`, `burst`, `max_concurrency`), if it has any."""
+        return task_limit(self.options, self.name)
+
+    @property
     def retry_backoff(self) -> Backoff:
         return resolve_backoff(self.options.get("retry_backoff") or get_settings().RETRY_BACKOFF)
 
     def using(self, **options: Any) -> TaskType:
         """Return this task type with options overridden for the calls made through it."""
         check_options(
-            options, TYPE_OPTIONS - {"retry_backoff", "expose", *SCHEDULE_OPTIONS} | CALL_OPTIONS, self.name
+            options,
+            TYPE_OPTIONS - {"retry_backoff", "expose", *SCHEDULE_OPTIONS, *LIMIT_OPTIONS} | CALL_OPTIONS,
+            self.name,
         )
         return replace(self, options={**self.options, **options})
 
@@ -185,6 +196,7 @@ def task(func: Callable[..., Any] | None = None, *, name: str | None = None, **o
             resolve_backoff(options["retry_backoff"])
         if not SCHEDULE_OPTIONS.isdisjoint(options):
             check_schedule(task_name, cron=options.get("cron"), every=options.get("every"))
+        task_limit(options, task_name)
         register_task(task_type)
         return task_type
 
@@ -198,10 +210,27 @@ def register_task(task_type: TaskType) -> None:
             f"Task name {task_type.name!r} is registered twice: by {_origin(existing.func)} and "
             f"{_origin(task_type.func)}. Give one of them another name."
         )
+    global _generation
     _registry[task_type.name] = task_type
+    _generation += 1
     queue = task_type.options.get("queue")
     if queue:
         note_task_queue(queue)
+
+
+def registry_generation() -> int:
+    """A number that changes whenever a task type is registered."""
+    return _generation
+
+
+def task_limit(options: dict[str, Any], task_name: str) -> Limit | None:
+    """The flow-control limits that a task type's options set; ImproperlyConfigured if invalid."""
+    if all(options.get(name) is None for name in LIMIT_OPTIONS):
+        return None
+    try:
+        return make_limit(**{name: options.get(name) for name in LIMIT_OPTIONS}, where=f"Task {task_name!r}")
+    except ValueError as exc:
+        raise ImproperlyConfigured(str(exc)) from None
 
 
 def get_task_type(name: str) -> TaskType | None:

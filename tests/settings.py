@@ -1,5 +1,6 @@
 """Settings for the test suite: a real Redis (RTQ_REDIS_URL), SQLite, short intervals."""
 
+import json
 import os
 import tempfile
 
@@ -81,6 +82,8 @@ RTQ = {
     "IDLE_WAIT": 0.5,
     "MIRROR": False,  # tests of the mirror turn it on
     "MIRROR_INTERVAL": 0.1,
+    # flow control: a worker process's queue limits, as JSON (tests/test_flow_control_workers.py)
+    "QUEUE_LIMITS": json.loads(os.environ.get("RTQ_TEST_QUEUE_LIMITS", "{}")),
 }
 
 TASKS = {

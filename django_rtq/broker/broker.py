@@ -19,6 +19,7 @@ import redis.cluster
 
 from ..exceptions import BrokerUnavailable, DuplicateTask, TaskIdConflict
 from .keys import Keyspace, QueueKeys
+from .limits import LimitsSource, no_limits
 from .message import TaskMessage, parse_info
 from .scripts import LuaScript, load_scripts
 from .states import TaskState
@@ -60,6 +61,13 @@ class ClaimedTask:
     raw_message: str | None  # None when the task's message is missing (a corrupt task)
     info: dict[str, Any] = field(default_factory=dict)
     run: str = ""  # the claim's number: the fencing token its results are settled with
+
+
+class Claimed(list[ClaimedTask]):
+    """The tasks one claim took; `wait` is the seconds until a rate limit lets a task that waits
+    start (None when none waits for a rate limit)."""
+
+    wait: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -136,6 +144,8 @@ class Broker:
         self.counter_ttl = int(counter_ttl)
         self.scripts = load_scripts()
         self._known_queues: set[str] = set()
+        # The flow-control limits in force (broker/limits.py): the Django side passes the project's.
+        self.limits: LimitsSource = no_limits
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -214,9 +224,13 @@ class Broker:
         calls: list[tuple[str, Sequence[str], Sequence[Any]]] = []
         chunks: list[list[TaskMessage]] = []
         clock_arg = self.clock_arg()
+        limits = self.limits()
         for queue, queued in by_queue.items():
             qk = self.queue(queue)
-            head = [clock_arg, qk.wake_channel, qk.handoff_prefix, self.lease_ms]
+            handoff = qk.handoff_prefix
+            if limits and any(limits.holds(queue, message.task) for message in queued):
+                handoff = ""
+            head = [clock_arg, qk.wake_channel, handoff, self.lease_ms]
             for start in range(0, len(queued), ENQUEUE_CHUNK):
                 chunk = queued[start : start + ENQUEUE_CHUNK]
                 keys = list(qk.enqueue_keys)
@@ -247,7 +261,7 @@ class Broker:
         args = (
             self.clock_arg(),
             qk.wake_channel,
-            qk.handoff_prefix,
+            self.handoff_prefix(message.queue, message.task),
             self.lease_ms,
             *_enqueue_args(message, unique_index),
         )
@@ -282,12 +296,25 @@ class Broker:
         if message.unique_key:
             keys.append(qk.unique(message.unique_key))
         unique_ttl_ms = int((message.unique_ttl or 0) * 1000)
-        args = [self.clock_arg(), qk.wake_channel, qk.handoff_prefix, self.lease_ms]
+        args = [
+            self.clock_arg(),
+            qk.wake_channel,
+            self.handoff_prefix(message.queue, message.task),
+            self.lease_ms,
+        ]
         args += [schedule, tick_ms, message.id, message.to_json(), message.priority, unique_ttl_ms]
         code = self.run_script("enqueue_periodic", keys, args)
         if code == 1:
             self.register_queues([message.queue])
         return ("done", "enqueued", "armed", "exists", "locked")[code]
+
+    def handoff_prefix(self, queue: str, task: str) -> str:
+        """The enqueue scripts' hand-off argument for a task: "" (hand it to no idle worker) when
+        a limit may hold it back, since only a claim applies limits."""
+        limits = self.limits()
+        if limits and limits.holds(queue, task):
+            return ""
+        return self.queue(queue).handoff_prefix
 
     def periodic_ticks(self, queue: str) -> dict[str, int]:
         """Return the last tick (ms) dealt with of each periodic schedule of a queue."""
@@ -324,13 +351,14 @@ class Broker:
 
     def claim(
         self, queue: str, *, worker_id: str, limit: int, start_now: int | None = None, idle_for_ms: int = 0
-    ) -> list[ClaimedTask]:
+    ) -> Claimed:
         """Claim up to `limit` pending tasks of a queue under a lease held by `worker_id`.
 
         The first `start_now` (all by default) start at once; the others are marked unstarted
         until `extend_leases` reports their start. With `idle_for_ms`, a worker that gets fewer
         than `limit` is registered as idle that long: the next task enqueued to the empty queue
-        is handed to it directly.
+        is handed to it directly. The queue's flow-control limits (`self.limits`) apply: tasks
+        they hold back wait, and the result's `wait` says when a rate limit lets one start.
         """
         qk = self.queue(queue)
         reply = self.run_script(
@@ -346,6 +374,10 @@ class Broker:
                 qk.idle,
                 qk.runs,
                 qk.unstarted,
+                qk.held,
+                qk.buckets,
+                qk.running,
+                qk.slots,
             ],
             [
                 self.clock_arg(),
@@ -354,9 +386,13 @@ class Broker:
                 limit,
                 limit if start_now is None else start_now,
                 idle_for_ms,
+                self.limits().spec(queue),
             ],
         )
-        claimed = []
+        claimed = Claimed()
+        if len(reply) % 4 == 1:
+            wait_ms = reply.pop()
+            claimed.wait = wait_ms / 1000 if wait_ms >= 0 else None
         for i in range(0, len(reply), 4):
             task_id = reply[i]
             info, problem = parse_info(reply[i + 2])
@@ -406,8 +442,10 @@ class Broker:
             qk.unstarted,
             qk.pending,
             qk.retry,
+            qk.slots,
+            qk.running,
         ]
-        args: list[Any] = [now_ms, worker_id, self.counter_ttl, int(self.mirror)]
+        args: list[Any] = [now_ms, worker_id, self.counter_ttl, int(self.mirror), qk.wake_channel]
         for done in completions:
             unique_index = 0
             if done.unique_key:
@@ -456,11 +494,14 @@ class Broker:
             qk.runs,
             qk.unstarted,
             qk.pending,
+            qk.slots,
+            qk.running,
         ]
         if unique_key:
             keys.append(qk.unique(unique_key))
         score = retry_at_ms if to == TaskState.RETRY else now_ms
         args = [task_id, worker_id, run, str(to), score, _dumps(info), self.counter_ttl, int(self.mirror)]
+        args.append(qk.wake_channel)
         return self.run_script("fail", keys, args) == 1
 
     def requeue(self, queue: str, task_ids: Sequence[str], *, worker_id: str) -> int:
@@ -470,7 +511,17 @@ class Broker:
         qk = self.queue(queue)
         return self.run_script(
             "requeue",
-            [qk.active, qk.owner, qk.state, qk.priority, qk.pending, qk.seq, qk.unstarted],
+            [
+                qk.active,
+                qk.owner,
+                qk.state,
+                qk.priority,
+                qk.pending,
+                qk.seq,
+                qk.unstarted,
+                qk.slots,
+                qk.running,
+            ],
             [worker_id, qk.wake_channel, *task_ids],
         )
 
@@ -531,6 +582,8 @@ class Broker:
             qk.progress,
             qk.commands,
             qk.command,
+            qk.slots,
+            qk.running,
         ]
         args: list[Any] = [self.clock_arg(), grace_ms, max_recoveries, int(self.mirror), qk.wake_channel]
         for task_id, raw in zip(ids, messages, strict=True):

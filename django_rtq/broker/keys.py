@@ -135,6 +135,23 @@ class QueueKeys:
     def timings(self) -> str:  # HASH histogram field -> count or sum (broker/timings.py)
         return self.prefix + "timings"
 
+    # Flow control (broker/limits.py)
+    @property
+    def held(self) -> str:  # ZSET, all scores 0: "<task>\0<pending score>\0<id>" of tasks held back
+        return self.prefix + "held"
+
+    @property
+    def buckets(self) -> str:  # HASH scope -> "<tokens>:<updated at (ms)>": each rate limit's bucket
+        return self.prefix + "buckets"
+
+    @property
+    def running(self) -> str:  # HASH scope -> concurrency slots held
+        return self.prefix + "running"
+
+    @property
+    def slots(self) -> str:  # HASH id -> the scopes an active task holds a slot in, "\n"-joined
+        return self.prefix + "slots"
+
     def bulk_lock(self, job_id: str) -> str:  # STRING held by whoever is carrying a bulk job on
         return f"{self.prefix}bulk_lock:{job_id}"
 

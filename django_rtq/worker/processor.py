@@ -136,6 +136,8 @@ class Processor:
         # While the fetcher listens with nothing to do, a task handed to it is kept here for
         # the fetcher's own thread to run.
         self._idle_listening = False
+        # seconds until a rate limit lets a waiting task start, from the last claim (None: no such task)
+        self._limit_wait: float | None = None
         self._kept: Job | None = None
         # How long (seconds) a lease is relied on after the request that set it was sent, and
         # when (monotonic) the heartbeater's last successful renewal was sent.
@@ -429,6 +431,9 @@ class Processor:
         task_id, _, rest = data.partition("\n")
         run, _, raw_message = rest.partition("\n")
         claimed = ClaimedTask(id=task_id, queue=queue, raw_message=raw_message or None, run=run)
+        if self._limited(queue, raw_message):
+            self._hand_back(queue, task_id, "a limit may hold it back: it goes through a claim")
+            return
         with self._cond:
             has_room = self._in_flight < self.concurrency and not self._stopping.is_set()
             # With no task waiting for a thread, a thread idles, to which the fetching passes.
@@ -442,16 +447,32 @@ class Processor:
             else:
                 self._dispatch([claimed], claimed_at)
             return
-        try:  # it came as this worker filled up: another worker will run it
+        self._hand_back(queue, task_id, "it came as this worker filled up: another worker will run it")
+
+    def _hand_back(self, queue: str, task_id: str, why: str) -> None:
+        try:
             self.broker.requeue(queue, [task_id], worker_id=self.worker_id)
         except Exception as exc:
-            logger.warning("could not give back task %r handed over while full (%s)", task_id, exc)
+            logger.warning("could not give back task %r handed over (%s): %s", task_id, why, exc)
+
+    def _limited(self, queue: str, raw_message: str) -> bool:
+        """Is a task handed over one that this worker's limits may hold back? The enqueuer hands
+        none such over, unless its deploy's limits differ."""
+        limits = self.broker.limits()
+        if not limits:
+            return False
+        try:
+            task = json.loads(raw_message).get("task", "")
+        except (ValueError, AttributeError):
+            return False  # a corrupt task: archived as usual
+        return limits.holds(queue, task)
 
     def _wait_for_work(self) -> Job | None:
         """Wait until a queue gets work (the broker publishes when a queue's pending set goes
         from empty to non-empty), at most `idle_wait` seconds, or until stopped. Return the
         task handed to this worker meanwhile if it is for this thread to run."""
-        deadline = time.monotonic() + self.idle_wait
+        wait = self.idle_wait if self._limit_wait is None else min(self.idle_wait, self._limit_wait)
+        deadline = time.monotonic() + wait
         self._idle_listening = True
         try:
             while not self._stopping.is_set():
@@ -488,6 +509,7 @@ class Processor:
         while it has no room.
         """
         claimed: list[ClaimedTask] = []
+        self._limit_wait = None
         # Long enough to outlast the idle wait before the next claim renews it; only a worker
         # with a free thread is handed tasks, which start at once.
         idle_for_ms = int((2 * self.idle_wait + 1) * 1000) if self.broker.hands_off and start_now else 0
@@ -510,6 +532,8 @@ class Processor:
                 self._queue_failed(queue)
                 continue
             self._broken_queues.pop(queue, None)
+            if got.wait is not None:
+                self._limit_wait = got.wait if self._limit_wait is None else min(self._limit_wait, got.wait)
             if idle_for_ms and len(got) < wanted:
                 registered.append(queue)
             claimed += got

@@ -39,12 +39,51 @@ local function push_pending(pending, seq, priority_hash, state_hash, id, front, 
   redis.call('HSET', state_hash, id, 'pending')
 end
 
--- Take an active task out of its worker's hands: no lease, no owner, no mark of a start to come.
--- t: active, owner, unstarted.
+-- Flow control (broker/limits.py). A pending task that its type's limits hold back stays in
+-- pending with HELD_BASE added to its score, after every task that can run, and is indexed in
+-- the queue's `held` set (all scores 0) as "<task>\0<its score>\0<id>": by type, then in its
+-- pending order. A claim releases it (release_held) once its type's limits allow a start. The
+-- same as HELD_BASE in broker/limits.py (a test checks).
+local HELD_BASE = 4000000000000000
+local HELD_BASE_TEXT = '4000000000000000'
+
+-- How many pending tasks a claim could take: those not held back.
+local function claimable_count(pending)
+  return redis.call('ZCOUNT', pending, '-inf', '(' .. HELD_BASE_TEXT)
+end
+
+-- Give back the concurrency slots (see fc_take) of tasks leaving active, and note in t.freed that
+-- a held task may start now. t: slots, running.
+local function release_slots(t, ids)
+  if redis.call('EXISTS', t.slots) == 0 then return end
+  local scopes = call_for_all('HMGET', t.slots, ids)
+  local holders = {}
+  for k, joined in ipairs(scopes) do
+    if joined then
+      holders[#holders + 1] = ids[k]
+      for scope in string.gmatch(joined, '[^\n]+') do
+        if redis.call('HINCRBY', t.running, scope, -1) <= 0 then redis.call('HDEL', t.running, scope) end
+      end
+    end
+  end
+  if #holders > 0 then
+    call_for_all('HDEL', t.slots, holders)
+    t.freed = true
+  end
+end
+
+-- After release_slots freed a slot: wake the idle workers if a task waits, held back or not.
+local function wake_freed(t, pending, channel)
+  if t.freed and redis.call('ZCARD', pending) > 0 then redis.call('PUBLISH', channel, '1') end
+end
+
+-- Take an active task out of its worker's hands: no lease, no owner, no mark of a start to come,
+-- no concurrency slot. t: active, owner, unstarted, slots, running.
 local function leave_active(t, id)
   redis.call('ZREM', t.active, id)
   redis.call('HDEL', t.owner, id)
   redis.call('SREM', t.unstarted, id)
+  release_slots(t, {id})
 end
 
 -- May this run of a task (`run`: the fencing token its claim returned) settle it? Yes while the
@@ -70,10 +109,10 @@ local function take_for_settling(t, id, worker, run)
   return false
 end
 
--- Tell idle workers when pending goes from empty to non-empty. `count_after` is pending's size
--- now when the caller knows it; nil reads it.
+-- Tell idle workers when pending goes from nothing to claim to something (claimable_count).
+-- `count_after` is that count now when the caller knows it; nil reads it.
 local function wake(pending, channel, count_before, count_after)
-  if count_before == 0 and (count_after or redis.call('ZCARD', pending)) > 0 then
+  if count_before == 0 and (count_after or claimable_count(pending)) > 0 then
     redis.call('PUBLISH', channel, '1')
   end
 end
@@ -166,10 +205,11 @@ end
 -- and paused, and as their first four arguments now (ms; 0 = the server's clock), the wake
 -- channel, the hand-off channel prefix and the lease (ms) of a handed-off task, in this order.
 -- `runs` is the key of the queue's runs hash: a script that does not declare it hands nothing
--- to idle workers (they are woken and claim instead).
+-- to idle workers (they are woken and claim instead); nor does one given "" as the prefix
+-- (tasks a limit may hold back: they go through a claim).
 -- `now` is read on first use, so that TIME is called only when a task needs it (a process-at
--- time, a hand-off). A script that sets `pending_size` (pending's size, read before it adds
--- tasks) has it kept up to date by add_task, and spares hand_off a ZCARD per task.
+-- time, a hand-off). A script that sets `pending_size` (claimable_count, read before it adds
+-- tasks) has it kept up to date by add_task, and spares hand_off a ZCOUNT per task.
 local function enqueue_context(runs)
   return setmetatable({
     msg = KEYS[1], state = KEYS[2], priority = KEYS[3], pending = KEYS[4], scheduled = KEYS[5],
@@ -191,7 +231,7 @@ end
 -- run, started at once (a worker registers as idle only while it has free threads, and gives
 -- back a task it has no room for).
 local function hand_off(q, id, body)
-  if not q.runs or (q.pending_size or redis.call('ZCARD', q.pending)) > 0
+  if not q.runs or q.handoff_prefix == '' or (q.pending_size or claimable_count(q.pending)) > 0
       or redis.call('ZCARD', q.idle) == 0 or redis.call('EXISTS', q.paused) == 1 then
     return false
   end

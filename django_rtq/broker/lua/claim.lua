@@ -6,6 +6,14 @@
 -- asked for is registered as idle, so that the next task enqueued to an empty queue is handed
 -- straight to it (see enqueue.lua); one that finds enough is not.
 --
+-- Flow control (broker/limits.py), only for a queue given limits or holding tasks back: a task
+-- whose type is at its rate or concurrency limit is held back (moved behind every task that can
+-- run, see HELD_BASE) and the claim goes on to the next, so other types are not held up behind
+-- it; held tasks go back to their place once their type may start one (release_held). A queue's
+-- own limit caps the claim. Limited tasks are claimed only to start at once (`start_now`), so
+-- that a start counts when it happens. Each start takes a token of its scope's bucket, and a
+-- concurrency slot that the task holds while active (release_slots in _lib.lua).
+--
 -- KEYS[1] -> rtq:{<queue>}:pending
 -- KEYS[2] -> rtq:{<queue>}:active
 -- KEYS[3] -> rtq:{<queue>}:state
@@ -16,33 +24,201 @@
 -- KEYS[8] -> rtq:{<queue>}:idle
 -- KEYS[9] -> rtq:{<queue>}:runs
 -- KEYS[10] -> rtq:{<queue>}:unstarted
+-- KEYS[11] -> rtq:{<queue>}:held
+-- KEYS[12] -> rtq:{<queue>}:buckets
+-- KEYS[13] -> rtq:{<queue>}:running
+-- KEYS[14] -> rtq:{<queue>}:slots
 -- ARGV[1] -> now (ms; 0 = the server's clock)
 -- ARGV[2] -> lease (ms)
 -- ARGV[3] -> worker id
 -- ARGV[4] -> limit
 -- ARGV[5] -> how many of the claimed tasks start at once (the rest are marked unstarted)
 -- ARGV[6] -> how long (ms) to stay registered as idle; 0 = do not register
+-- ARGV[7] -> the queue's limits by scope, JSON ({"<task>": {"r": starts, "p": per ms, "b": bucket,
+--            "c": running}, "*": the queue's own}); "" when it has none
 --
 -- Returns: a flat list of id, message JSON, info JSON, run number per claimed task (false
--- where missing); empty when the queue is paused or has nothing pending.
+-- where missing); empty when the queue is paused or has nothing pending. Under flow control,
+-- one more element ends the list: the ms until a rate limit lets a waiting task start (-1: none
+-- does; a freed concurrency slot wakes the workers instead).
 local pending, active, state, owner, msg, info, paused, idle, runs, unstarted =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local now, lease, worker = clock_now(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local limit, start_now, idle_for = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+-- Tasks a claim looks at beyond those it takes (held back, or put back), at most.
+local SCAN_LIMIT = 1000
+-- Held tasks a claim moves back to pending, at most.
+local RELEASE_LIMIT = 1000
+
+-- The flow control of this claim: the limits by scope, and their use, each read once.
+local fc = {
+  held = KEYS[11], buckets = KEYS[12], running = KEYS[13], slots = KEYS[14], limits = {},
+  tokens = {}, in_use = {}, spent = {}, added = {}, slot_of = {}, wait = -1,
+}
+
+-- The task name of a stored message: it is written first (TaskMessage.to_json).
+local function task_of(body)
+  if not body then return nil end
+  local name = string.match(body, '^{"task":"([^"\\]*)"')
+  if name then return name end
+  local ok, decoded = pcall(cjson.decode, body)
+  if ok and type(decoded) == 'table' and type(decoded.task) == 'string' then return decoded.task end
+  return nil
+end
+
+-- The tokens in a scope's bucket now: refilled at r per p ms since its last use, up to b.
+local function tokens(scope, lim)
+  if fc.tokens[scope] == nil then
+    local left = lim.b
+    local raw = redis.call('HGET', fc.buckets, scope)
+    if raw then
+      local stored, at = string.match(raw, '^([^:]+):([^:]+)$')
+      stored, at = tonumber(stored), tonumber(at)
+      if stored and at then left = math.min(lim.b, stored + math.max(0, now - at) * lim.r / lim.p) end
+    end
+    fc.tokens[scope] = left
+  end
+  return fc.tokens[scope]
+end
+
+local function in_use(scope)
+  if fc.in_use[scope] == nil then
+    fc.in_use[scope] = tonumber(redis.call('HGET', fc.running, scope) or '0') or 0
+  end
+  return fc.in_use[scope]
+end
+
+-- How many tasks of a scope may start now (math.huge when it has no limits). When only its rate
+-- stops them, note in fc.wait how soon it will allow one.
+local function room(scope)
+  local lim = fc.limits[scope]
+  if type(lim) ~= 'table' then return math.huge end
+  local free = math.huge
+  if lim.c then free = math.max(0, lim.c - in_use(scope)) end
+  if lim.r and free > 0 then
+    local left = tokens(scope, lim)
+    if left < 1 then
+      local wait = math.ceil((1 - left) * lim.p / lim.r)
+      if fc.wait < 0 or wait < fc.wait then fc.wait = wait end
+    end
+    free = math.min(free, math.floor(left))
+  end
+  return free
+end
+
+-- Count a start of task `id` against a scope's limits: a token, and a slot it holds while active.
+local function take(scope, id)
+  local lim = fc.limits[scope]
+  if type(lim) ~= 'table' then return end
+  if lim.r then
+    fc.tokens[scope] = tokens(scope, lim) - 1
+    fc.spent[scope] = true
+  end
+  if lim.c then
+    fc.in_use[scope] = in_use(scope) + 1
+    fc.added[scope] = (fc.added[scope] or 0) + 1
+    fc.slot_of[id] = fc.slot_of[id] and (fc.slot_of[id] .. '\n' .. scope) or scope
+  end
+end
+
+local function hold(task, score, id)
+  redis.call('ZADD', pending, HELD_BASE + score, id)
+  redis.call('ZADD', fc.held, 0, task .. '\0' .. string.format('%017.0f', score) .. '\0' .. id)
+end
+
+-- Move held tasks back to their place in pending, for each type as many as its limits let start
+-- now (all, up to `most`, for a type no longer limited). An entry whose task is not held any more
+-- (deleted by hand, or settled late) is dropped.
+local function release_held(most)
+  local from, budget = '-', RELEASE_LIMIT
+  while budget > 0 do
+    local head = redis.call('ZRANGEBYLEX', fc.held, from, '+', 'LIMIT', 0, 1)[1]
+    if not head then break end
+    local scope = string.match(head, '^(.-)%z')
+    local wanted, released = math.min(room(scope), most), 0
+    while released < wanted and budget > 0 do
+      local entries = redis.call('ZRANGEBYLEX', fc.held, '[' .. scope .. '\0', '(' .. scope .. '\1',
+        'LIMIT', 0, math.min(wanted - released, budget))
+      if #entries == 0 then break end
+      for _, entry in ipairs(entries) do
+        budget = budget - 1
+        redis.call('ZREM', fc.held, entry)
+        local score, id = string.match(entry, '%z(%d+)%z(.*)$')
+        if tonumber(redis.call('ZSCORE', pending, id)) == HELD_BASE + tonumber(score) then
+          redis.call('ZADD', pending, score, id)
+          released = released + 1
+        end
+      end
+    end
+    from = '[' .. scope .. '\1'
+  end
+end
+
+-- Pop up to `want` tasks that may start, holding back those their type's limits stop.
+local function pop_under_limits(want)
+  local ids, scanned, stop = {}, 0, false
+  local queue_limited = type(fc.limits['*']) == 'table'
+  while not stop and #ids < want and scanned < SCAN_LIMIT + want do
+    local popped = redis.call('ZPOPMIN', pending, want - #ids)
+    if #popped == 0 then break end
+    local put_back = {}
+    for i = 1, #popped, 2 do
+      local id, score = popped[i], tonumber(popped[i + 1])
+      scanned = scanned + 1
+      local task = nil
+      if not stop and score < HELD_BASE then task = task_of(redis.call('HGET', msg, id)) end
+      local limited = task and type(fc.limits[task]) == 'table'
+      if stop or score >= HELD_BASE or (limited and #ids >= start_now) then
+        -- Only held tasks are left, or a limited one would wait in the worker's memory.
+        stop = true
+        put_back[#put_back + 1], put_back[#put_back + 2] = score, id
+      elseif limited and room(task) < 1 then
+        hold(task, score, id)
+      else
+        if limited then take(task, id) end
+        if queue_limited then take('*', id) end
+        ids[#ids + 1] = id
+      end
+    end
+    if #put_back > 0 then call_for_all('ZADD', pending, put_back) end
+  end
+  return ids
+end
+
+local function save_use()
+  for scope in pairs(fc.spent) do
+    redis.call('HSET', fc.buckets, scope, string.format('%.6f:%d', fc.tokens[scope], now))
+  end
+  for scope, n in pairs(fc.added) do redis.call('HINCRBY', fc.running, scope, n) end
+  for id, scopes in pairs(fc.slot_of) do redis.call('HSET', fc.slots, id, scopes) end
+end
 
 redis.call('ZREM', idle, worker)
 if redis.call('EXISTS', paused) == 1 then return {} end
-local popped = redis.call('ZPOPMIN', pending, limit)
-local ids, leases, states, owners = {}, {}, {}, {}
-for i = 1, #popped, 2 do
-  local id, n = popped[i], #ids
-  ids[n + 1] = id
-  leases[2 * n + 1], leases[2 * n + 2] = now + lease, id
-  states[2 * n + 1], states[2 * n + 2] = id, 'active'
-  owners[2 * n + 1], owners[2 * n + 2] = id, worker
+local ids = {}
+local limited = ARGV[7] ~= '' or redis.call('EXISTS', fc.held) == 1
+if not limited then
+  local popped = redis.call('ZPOPMIN', pending, limit)
+  for i = 1, #popped, 2 do ids[#ids + 1] = popped[i] end
+else
+  if ARGV[7] ~= '' then fc.limits = cjson.decode(ARGV[7]) end
+  local want = limit
+  if type(fc.limits['*']) == 'table' then want = math.min(want, start_now, room('*')) end
+  if want > 0 then
+    release_held(want)
+    ids = pop_under_limits(want)
+    save_use()
+  end
 end
+
 local reply = {}
 if #ids > 0 then
+  local leases, states, owners = {}, {}, {}
+  for n, id in ipairs(ids) do
+    leases[2 * n - 1], leases[2 * n] = now + lease, id
+    states[2 * n - 1], states[2 * n] = id, 'active'
+    owners[2 * n - 1], owners[2 * n] = id, worker
+  end
   -- One command per column for the whole batch: far cheaper than one per task.
   call_for_all('ZADD', active, leases)
   call_for_all('HSET', state, states)
@@ -60,5 +236,9 @@ if #ids > 0 then
 end
 if #ids < limit and idle_for > 0 then
   redis.call('ZADD', idle, now + idle_for, worker)
+end
+if limited then
+  if fc.wait >= 0 and redis.call('ZCARD', pending) == 0 then fc.wait = -1 end
+  reply[#reply + 1] = fc.wait
 end
 return reply

@@ -21,12 +21,15 @@
 -- KEYS[15] -> rtq:{<queue>}:unstarted
 -- KEYS[16] -> rtq:{<queue>}:pending
 -- KEYS[17] -> rtq:{<queue>}:retry
--- KEYS[18..] -> rtq:{<queue>}:unique:<key>, one per task that has a unique key
+-- KEYS[18] -> rtq:{<queue>}:slots
+-- KEYS[19] -> rtq:{<queue>}:running
+-- KEYS[20..] -> rtq:{<queue>}:unique:<key>, one per task that has a unique key
 -- ARGV[1] -> now (ms)
 -- ARGV[2] -> worker id
 -- ARGV[3] -> counter TTL (s)
 -- ARGV[4] -> 1 to keep records for the ORM mirror, 0 not to
--- ARGV[5..] -> seven per task: id, run number, info JSON (or "<started>,<finished>" in epoch seconds
+-- ARGV[5] -> wake channel (published to when a freed concurrency slot may let a task start)
+-- ARGV[6..] -> seven per task: id, run number, info JSON (or "<started>,<finished>" in epoch seconds
 --              for a first attempt: the script writes its info), result JSON, retention (ms),
 --              index of its unique key in KEYS (0 = none), and for a workflow's child the
 --              command to its workflow up to its result ("" for other tasks)
@@ -36,9 +39,9 @@ local active, owner, state, msg, info, result, priority, completed, processed, f
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local progress, commands, command = KEYS[11], KEYS[12], KEYS[13]
 local t = {runs = KEYS[14], state = state, active = active, owner = owner, unstarted = KEYS[15],
-  pending = KEYS[16], retry = KEYS[17]}
+  pending = KEYS[16], retry = KEYS[17], slots = KEYS[18], running = KEYS[19]}
 local now, worker, counter_ttl, mirror = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4] == '1'
-local FIELDS = 7
+local FIRST, FIELDS = 6, 7
 local worker_json = cjson.encode(worker)
 
 -- The info of a first attempt that succeeded, from its start and finish times.
@@ -51,14 +54,14 @@ end
 -- Which tasks this batch may settle (see take_for_settling in _lib.lua), read for the whole
 -- batch at once. A task named twice is settled once: after the first, it is no longer there.
 local ids = {}
-for i = 5, #ARGV, FIELDS do ids[#ids + 1] = ARGV[i] end
+for i = FIRST, #ARGV, FIELDS do ids[#ids + 1] = ARGV[i] end
 local run_now, state_now = call_for_all('HMGET', t.runs, ids), call_for_all('HMGET', state, ids)
 local owner_now = call_for_all('HMGET', owner, ids)
 local taken, from_active, from_pending, from_retry, dropped = {}, {}, {}, {}, {}
 
 local settled = 0
 for n, id in ipairs(ids) do
-  local i = 5 + (n - 1) * FIELDS
+  local i = FIRST + (n - 1) * FIELDS
   local was = state_now[n]
   local ours = not taken[id] and run_now[n] == ARGV[i + 1] and (
     (was == 'active' and owner_now[n] == worker) or was == 'pending' or was == 'retry')
@@ -100,6 +103,7 @@ if #from_active > 0 then
   call_for_all('ZREM', active, from_active)
   call_for_all('HDEL', owner, from_active)
   call_for_all('SREM', t.unstarted, from_active)
+  release_slots(t, from_active)
 end
 if #from_pending > 0 then call_for_all('ZREM', t.pending, from_pending) end
 if #from_retry > 0 then call_for_all('ZREM', t.retry, from_retry) end
@@ -117,4 +121,5 @@ if settled > 0 then
   redis.call('INCRBY', processed, settled)
   redis.call('EXPIRE', processed, counter_ttl)
 end
+wake_freed(t, t.pending, ARGV[5])
 return settled

@@ -16,7 +16,8 @@
 -- KEYS[12..] -> rtq:{<queue>}:unique:<key>, one per task that has a unique key
 -- ARGV[1] -> now (ms; 0 = the server's clock)
 -- ARGV[2] -> wake channel
--- ARGV[3] -> hand-off channel prefix: a worker's channel is this followed by its id
+-- ARGV[3] -> hand-off channel prefix: a worker's channel is this followed by its id ("" = hand
+--            nothing to idle workers)
 -- ARGV[4] -> lease (ms) of a task handed to a worker
 -- ARGV[5..] -> six per task: id, message JSON, priority, process-at (ms; 0 = now),
 --              index of its unique key in KEYS (0 = none), unique lock TTL (ms; 0 = none)
@@ -39,7 +40,7 @@ for i = FIRST, #ARGV, FIELDS do
   end
 end
 
-local pending_before = redis.call('ZCARD', q.pending)
+local pending_before = claimable_count(q.pending)
 q.pending_size = pending_before
 for i = FIRST, #ARGV, FIELDS do
   local unique_index = tonumber(ARGV[i + 4])

@@ -19,7 +19,8 @@
 -- KEYS[13..] -> rtq:{<queue>}:unique:<key>, when the task has a unique key
 -- ARGV[1] -> now (ms; 0 = the server's clock)
 -- ARGV[2] -> wake channel
--- ARGV[3] -> hand-off channel prefix: a worker's channel is this followed by its id
+-- ARGV[3] -> hand-off channel prefix: a worker's channel is this followed by its id ("" = hand
+--            nothing to idle workers)
 -- ARGV[4] -> lease (ms) of a task handed to a worker
 -- ARGV[5] -> schedule name
 -- ARGV[6] -> tick (ms)
@@ -43,7 +44,7 @@ if not last then return 2 end
 if redis.call('HEXISTS', q.state, id) == 1 then return 3 end
 if lock and redis.call('EXISTS', lock) == 1 then return 4 end
 
-local pending_before = redis.call('ZCARD', q.pending)
+local pending_before = claimable_count(q.pending)
 add_task(q, id, body, priority, 0, lock, lock_ttl)
 wake(q.pending, q.channel, pending_before)
 return 1

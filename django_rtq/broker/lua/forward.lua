@@ -15,7 +15,7 @@ local now, limit, channel = ARGV[1], ARGV[2], ARGV[3]
 
 local due = redis.call('ZRANGE', source, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
 if #due == 0 then return 0 end
-local before = redis.call('ZCARD', pending)
+local before = claimable_count(pending)
 for _, id in ipairs(due) do
   redis.call('ZREM', source, id)
   push_pending(pending, seq, priority, state, id, false)

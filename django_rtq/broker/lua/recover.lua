@@ -21,7 +21,9 @@
 -- KEYS[13] -> rtq:{<queue>}:progress
 -- KEYS[14] -> rtq:{<queue>}:commands
 -- KEYS[15] -> rtq:{<queue>}:command
--- KEYS[16..] -> rtq:{<queue>}:unique:<key>, one per task that has a unique key
+-- KEYS[16] -> rtq:{<queue>}:slots
+-- KEYS[17] -> rtq:{<queue>}:running
+-- KEYS[18..] -> rtq:{<queue>}:unique:<key>, one per task that has a unique key
 -- ARGV[1] -> now (ms; 0 = the server's clock)
 -- ARGV[2] -> grace (ms): how long past its expiry a lease must be to be taken back
 -- ARGV[3] -> max recoveries of a task that had started
@@ -37,12 +39,13 @@ local now = clock_now(ARGV[1])
 local t = {
   active = KEYS[1], owner = KEYS[2], state = KEYS[3], info = KEYS[4], msg = KEYS[5],
   runs = KEYS[9], unstarted = KEYS[10], archived = KEYS[11], finished = KEYS[12],
-  progress = KEYS[13], commands = KEYS[14], command = KEYS[15], now = now, mirror = ARGV[4] == '1',
+  progress = KEYS[13], commands = KEYS[14], command = KEYS[15], slots = KEYS[16], running = KEYS[17],
+  now = now, mirror = ARGV[4] == '1',
 }
 local pending, seq, priority = KEYS[6], KEYS[7], KEYS[8]
 local cutoff, max_recoveries, channel = now - tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[5]
 
-local before = redis.call('ZCARD', pending)
+local before = claimable_count(pending)
 local reply = {}
 for i = 6, #ARGV, 2 do
   local id, unique_index = ARGV[i], tonumber(ARGV[i + 1])
@@ -81,4 +84,5 @@ for i = 6, #ARGV, 2 do
   end
 end
 wake(pending, channel, before)
+wake_freed(t, pending, channel)
 return reply

@@ -9,16 +9,18 @@
 -- KEYS[5] -> rtq:{<queue>}:pending
 -- KEYS[6] -> rtq:{<queue>}:seq
 -- KEYS[7] -> rtq:{<queue>}:unstarted
+-- KEYS[8] -> rtq:{<queue>}:slots
+-- KEYS[9] -> rtq:{<queue>}:running
 -- ARGV[1] -> worker id holding the leases
 -- ARGV[2] -> wake channel
 -- ARGV[3..] -> task ids
 --
 -- Returns: the number of tasks requeued.
-local t = {active = KEYS[1], owner = KEYS[2], unstarted = KEYS[7]}
+local t = {active = KEYS[1], owner = KEYS[2], unstarted = KEYS[7], slots = KEYS[8], running = KEYS[9]}
 local state, priority, pending, seq = KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local worker, channel = ARGV[1], ARGV[2]
 
-local before = redis.call('ZCARD', pending)
+local before = claimable_count(pending)
 local moved = 0
 for i = 3, #ARGV do
   local id = ARGV[i]
@@ -29,4 +31,5 @@ for i = 3, #ARGV do
   end
 end
 wake(pending, channel, before)
+wake_freed(t, pending, channel)
 return moved

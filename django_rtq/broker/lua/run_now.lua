@@ -18,7 +18,7 @@ local state, priority, pending, seq, msg = KEYS[1], KEYS[2], KEYS[3], KEYS[4], K
 local channel = ARGV[1]
 local sources, first_id = action_sources(2, 6)
 
-local before = redis.call('ZCARD', pending)
+local before = claimable_count(pending)
 local moved = 0
 for i = first_id, #ARGV do
   local id = ARGV[i]

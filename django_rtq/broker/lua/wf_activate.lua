@@ -21,7 +21,7 @@
 -- KEYS[16..] -> rtq:{<queue>}:wf:<id>, one per workflow created
 -- ARGV[1] -> now (ms)
 -- ARGV[2] -> wake channel
--- ARGV[3] -> hand-off channel prefix
+-- ARGV[3] -> hand-off channel prefix ("" = hand nothing to idle workers)
 -- ARGV[4] -> lease (ms) of a task handed to a worker
 -- ARGV[5] -> command id ("" for a workflow enqueued by a client: its id dedupes it)
 -- ARGV[6] -> how long (ms) to remember applied commands
@@ -37,7 +37,7 @@ if not first_application(applied, ARGV[5], q.now, tonumber(ARGV[6])) then return
 local plan = cjson.decode(ARGV[7])
 
 local written = 0
-local pending_before = redis.call('ZCARD', q.pending)
+local pending_before = claimable_count(q.pending)
 for _, t in ipairs(plan.tasks or {}) do
   if redis.call('HEXISTS', q.state, t[1]) == 0 then
     add_task(q, t[1], t[2], tonumber(t[3]), tonumber(t[4]), nil, 0)

@@ -1,0 +1,163 @@
+"""Flow control: the rate and concurrency limits of task types and queues, as the claim applies them.
+
+A limit belongs to a *scope*: a task type (its name) or a whole queue (`QUEUE_SCOPE`). The
+claim script (claim.lua) receives a queue's limits as JSON with every claim, so limits changed
+by a deploy apply from the first claim of its workers, and nothing about them is kept in Redis
+but their use: a token bucket per rate limit, a count of slots per concurrency limit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+#: The scope of a queue's own limits, which every task of the queue counts against.
+QUEUE_SCOPE = "*"
+#: Added to the pending score of a task held back by its type's limits, so that it sorts after
+#: every task that can run (claim.lua). The same as HELD_BASE in _lib.lua (a test checks).
+HELD_BASE = 4_000_000_000_000_000
+#: Periods a rate limit may name.
+PERIODS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+RATE_PATTERN = re.compile(r"\s*(\d+)\s*/\s*([smh])\s*")
+
+
+@dataclass(frozen=True, slots=True)
+class Limit:
+    """The limits of one scope: at most `rate` starts per `period` seconds (with a bucket of
+    `burst` starts), and at most `max_concurrency` running at once. None is no limit."""
+
+    rate: int | None = None
+    period: float = 1.0
+    burst: int = 1
+    max_concurrency: int | None = None
+
+    def as_spec(self) -> dict[str, float]:
+        """The limit as claim.lua reads it: r starts per p ms, bucket b; c running."""
+        spec: dict[str, float] = {}
+        if self.rate is not None:
+            spec.update(r=self.rate, p=int(self.period * 1000), b=self.burst)
+        if self.max_concurrency is not None:
+            spec["c"] = self.max_concurrency
+        return spec
+
+    @property
+    def rate_limit(self) -> str | None:
+        """The rate as it was written: "20/s"."""
+        if self.rate is None:
+            return None
+        unit = next(name for name, seconds in PERIODS.items() if seconds == self.period)
+        return f"{self.rate}/{unit}"
+
+    def describe(self) -> str:
+        """For people: "20/s (burst 40), at most 3 running"."""
+        parts = []
+        if self.rate is not None:
+            parts.append(f"{self.rate_limit}" + (f" (burst {self.burst})" if self.burst > 1 else ""))
+        if self.max_concurrency is not None:
+            parts.append(f"at most {self.max_concurrency} running")
+        return ", ".join(parts)
+
+
+def make_limit(
+    *, rate_limit: Any = None, burst: Any = None, max_concurrency: Any = None, where: str
+) -> Limit | None:
+    """Validate limits as a user writes them (`rate_limit="20/s", burst=40, max_concurrency=3`);
+    None when there are none. Raises ValueError naming `where` and the fix."""
+    rate, period = None, 1.0
+    if rate_limit is not None:
+        match = RATE_PATTERN.fullmatch(rate_limit) if isinstance(rate_limit, str) else None
+        if match is None or int(match[1]) < 1:
+            raise ValueError(
+                f"{where}: rate_limit must be a string like '20/s', '100/m' or '1000/h' (a positive "
+                f"whole number of starts per second, minute or hour), not {rate_limit!r}."
+            )
+        rate, period = int(match[1]), PERIODS[match[2]]
+    if burst is not None:
+        if rate is None:
+            raise ValueError(f"{where}: burst needs a rate_limit to apply to.")
+        if not _is_positive_int(burst):
+            raise ValueError(f"{where}: burst must be a positive whole number of starts, not {burst!r}.")
+    if max_concurrency is not None and not _is_positive_int(max_concurrency):
+        raise ValueError(
+            f"{where}: max_concurrency must be a positive whole number of tasks, not {max_concurrency!r}."
+        )
+    if rate is None and max_concurrency is None:
+        return None
+    return Limit(rate=rate, period=period, burst=burst or 1, max_concurrency=max_concurrency)
+
+
+def _is_positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+@dataclass(frozen=True)
+class FlowLimits:
+    """Every limit a project sets: per task type (they apply in whichever queue its tasks are)
+    and per queue."""
+
+    types: Mapping[str, Limit]
+    queues: Mapping[str, Limit]
+
+    def for_queue(self, queue: str) -> dict[str, Limit]:
+        """The limits claims from `queue` apply, by scope (task names, and QUEUE_SCOPE)."""
+        scopes = dict(self.types)
+        if queue in self.queues:
+            scopes[QUEUE_SCOPE] = self.queues[queue]
+        return scopes
+
+    def spec(self, queue: str) -> str:
+        """The claim script's argument for `queue`: its limits as JSON, "" when it has none."""
+        specs = self._specs
+        if queue not in specs:
+            scopes = self.for_queue(queue)
+            specs[queue] = json.dumps({s: lim.as_spec() for s, lim in scopes.items()}) if scopes else ""
+        return specs[queue]
+
+    def holds(self, queue: str, task: str) -> bool:
+        """Can a limit hold back a task of this type in this queue (it is then never handed
+        straight to an idle worker at enqueue, which would pass the claim by)?"""
+        return task in self.types or queue in self.queues
+
+    def __bool__(self) -> bool:
+        return bool(self.types or self.queues)
+
+    @cached_property
+    def _specs(self) -> dict[str, str]:
+        return {}
+
+
+NO_LIMITS = FlowLimits(types={}, queues={})
+
+
+def no_limits() -> FlowLimits:
+    return NO_LIMITS
+
+
+#: What a broker asks for the limits in force (the Django side passes the project's).
+LimitsSource = Callable[[], FlowLimits]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScopeUse:
+    """How much of a scope's limits a queue uses now (see Broker.limit_use)."""
+
+    running: int
+    held: int
+    tokens: float | None  # starts the rate limit allows at once now; None without one
+
+    @staticmethod
+    def tokens_now(raw: str | None, limit: Limit, now_ms: int) -> float | None:
+        """The bucket's tokens at `now_ms` from its stored "<tokens>:<at ms>" (full if unused)."""
+        if limit.rate is None:
+            return None
+        try:
+            tokens, at = (float(part) for part in (raw or "").split(":"))
+        except ValueError:
+            return float(limit.burst)
+        refill = max(0.0, now_ms - at) * limit.rate / (limit.period * 1000)
+        return min(float(limit.burst), tokens + refill) if math.isfinite(tokens) else float(limit.burst)
