@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import redis
 
 from django_rtq.broker import Broker, TaskMessage, TaskState, manual
 from django_rtq.broker.limits import HELD_BASE, QUEUE_SCOPE, FlowLimits, Limit, make_limit
@@ -305,3 +306,31 @@ def test_a_limit_describes_itself():
         == '{"shop.tasks.pay": {"c": 1}}'
     )
     assert FlowLimits(types={}, queues={}).spec("x") == ""
+
+
+@pytest.mark.parametrize("name", ["held", "buckets", "running", "slots"])
+def test_a_wrong_typed_flow_key_stops_the_claim_before_it_changes_anything(any_broker, name):
+    use(any_broker, limits({PAY: Limit(rate=5, period=1.0, max_concurrency=2)}))
+    tasks = add(any_broker, PAY, 3)
+    key = getattr(any_broker.queue(EMAILS), name)
+    any_broker.client.set(key, "garbage")
+    with pytest.raises(
+        redis.ResponseError, match=f"WRONGTYPE the flow-control key {re.escape(key)} holds a string"
+    ):
+        claim(any_broker)
+    assert any_broker.client.zrange(any_broker.queue(EMAILS).pending, 0, -1) == tasks
+    any_broker.client.delete(key)  # repaired: the queue works again
+    assert ids(claim(any_broker)) == tasks[:1]
+
+
+def test_garbage_in_the_slot_keys_never_stops_a_task_from_settling(any_broker):
+    use(any_broker, limits({PAY: Limit(max_concurrency=2)}))
+    first, second = add(any_broker, PAY, 2)
+    assert ids(claim(any_broker)) == [first, second]
+    queue = any_broker.queue(EMAILS)
+    any_broker.client.hset(queue.running, PAY, "many")
+    assert any_broker.complete(EMAILS, [done(first)], worker_id=WORKER) == 1
+    any_broker.client.delete(queue.slots)
+    any_broker.client.set(queue.slots, "garbage")
+    assert any_broker.fail(EMAILS, second, worker_id=WORKER, run="1", to=TaskState.ARCHIVED, info={})
+    assert any_broker.client.zcard(queue.active) == 0

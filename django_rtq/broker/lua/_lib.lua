@@ -52,17 +52,25 @@ local function claimable_count(pending)
   return redis.call('ZCOUNT', pending, '-inf', '(' .. HELD_BASE_TEXT)
 end
 
--- Give back the concurrency slots (see fc_take) of tasks leaving active, and note in t.freed that
--- a held task may start now. t: slots, running.
+-- Give back the concurrency slots (taken by claim.lua) of tasks leaving active, and note in
+-- t.freed that a held task may start now. t: slots, running. Garbage in these keys (a wrong
+-- type, a count that is not one) is passed over, never raised: the callers have already changed
+-- the task's state when they get here.
 local function release_slots(t, ids)
-  if redis.call('EXISTS', t.slots) == 0 then return end
+  if redis.call('TYPE', t.slots).ok ~= 'hash' then return end
+  local counted = redis.call('TYPE', t.running).ok == 'hash'
   local scopes = call_for_all('HMGET', t.slots, ids)
   local holders = {}
   for k, joined in ipairs(scopes) do
     if joined then
       holders[#holders + 1] = ids[k]
       for scope in string.gmatch(joined, '[^\n]+') do
-        if redis.call('HINCRBY', t.running, scope, -1) <= 0 then redis.call('HDEL', t.running, scope) end
+        local left = counted and (tonumber(redis.call('HGET', t.running, scope)) or 0) - 1 or 0
+        if left > 0 then
+          redis.call('HSET', t.running, scope, left)
+        elseif counted then
+          redis.call('HDEL', t.running, scope)
+        end
       end
     end
   end

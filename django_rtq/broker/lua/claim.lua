@@ -189,8 +189,19 @@ local function save_use()
   for scope in pairs(fc.spent) do
     redis.call('HSET', fc.buckets, scope, string.format('%.6f:%d', fc.tokens[scope], now))
   end
-  for scope, n in pairs(fc.added) do redis.call('HINCRBY', fc.running, scope, n) end
+  for scope in pairs(fc.added) do redis.call('HSET', fc.running, scope, fc.in_use[scope]) end
   for id, scopes in pairs(fc.slot_of) do redis.call('HSET', fc.slots, id, scopes) end
+end
+
+-- A flow-control key of the wrong type stops the claim before it changes anything.
+local function check_flow_keys()
+  for key, kind in pairs({[fc.held] = 'zset', [fc.buckets] = 'hash', [fc.running] = 'hash', [fc.slots] = 'hash'}) do
+    local found = redis.call('TYPE', key).ok
+    if found ~= kind and found ~= 'none' then
+      return redis.error_reply('WRONGTYPE the flow-control key ' .. key .. ' holds a ' .. found .. ', not a ' .. kind)
+    end
+  end
+  return nil
 end
 
 redis.call('ZREM', idle, worker)
@@ -201,6 +212,8 @@ if not limited then
   local popped = redis.call('ZPOPMIN', pending, limit)
   for i = 1, #popped, 2 do ids[#ids + 1] = popped[i] end
 else
+  local wrong = check_flow_keys()
+  if wrong then return wrong end
   if ARGV[7] ~= '' then fc.limits = cjson.decode(ARGV[7]) end
   local want = limit
   if type(fc.limits['*']) == 'table' then want = math.min(want, start_now, room('*')) end
