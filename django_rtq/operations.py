@@ -24,12 +24,15 @@ from django.db.models import QuerySet
 
 from .broker import Broker, TaskMessage, bulk, manual
 from .broker.bulk import PURGE_STATES, BulkJob
-from .broker.inspect import NAME_SEARCH_SCAN, Inspector, QueueStats, TaskInfo
+from .broker.inspect import NAME_SEARCH_SCAN, Inspector, LimitUse, QueueStats, TaskInfo
+from .broker.limits import QUEUE_SCOPE
 from .broker.states import ACTION_STATES, Action, TaskState
 from .broker.timings import Histogram
 from .conf import get_settings
 from .connection import get_broker
 from .exceptions import BulkJobNotFound, InvalidStateTransition, QueueNotFound, TaskNotFound
+from .flow_control import project_limits
+from .formats import format_duration, plural
 from .mirror import row_from_record
 from .models import FinishedTask
 from .periodic import Schedule, get_schedules
@@ -180,6 +183,51 @@ class Operations:
             return False
         (self.broker.pause if pause else self.broker.resume)(queue)
         return True
+
+    # Flow control
+
+    def flow_control(self, queue: str) -> list[LimitUse]:
+        """A queue's flow-control limits with their use now (see `Inspector.limit_use`): its own
+        limit, those of the task types whose queue it is, and any other scope in use in it (a
+        type enqueued there with `.using(queue=...)`, a previous deploy's limit still draining)."""
+        self.require(VIEW_LIVE)
+        default = get_settings().DEFAULT_QUEUE
+        types = registered_tasks()
+        return [
+            use
+            for use in self._limit_use(queue)
+            if use.limit is None
+            or use.in_use
+            or use.scope == QUEUE_SCOPE
+            or (use.scope in types and (types[use.scope].options.get("queue") or default) == queue)
+        ]
+
+    def all_flow_control(self) -> dict[str, list[LimitUse]]:
+        """`flow_control` of every known queue, by queue (an empty list: no limit, no use)."""
+        return {queue: self.flow_control(queue) for queue in self.queues()}
+
+    def held_reasons(self, tasks: Sequence[TaskInfo]) -> dict[str, str]:
+        """Why each held-back task of `tasks` waits (see `held_reason`), by id: one read of the
+        limits' use per queue."""
+        self.require(VIEW_LIVE)
+        uses: dict[str, dict[str, LimitUse]] = {}
+        reasons = {}
+        for task in tasks:
+            if not task.held:
+                continue
+            if task.queue not in uses:
+                uses[task.queue] = {use.scope: use for use in self._limit_use(task.queue)}
+            name = task.message.task if task.message else ""
+            reasons[task.id] = held_reason(name, uses[task.queue].get(name))
+        return reasons
+
+    def held_reason(self, task: TaskInfo) -> str | None:
+        """Why a pending task is held back by its type's limits ("Held back by the limits of its
+        type shop.tasks.pay (at most 3 running): 3 running now..."); None if it is not."""
+        return self.held_reasons([task]).get(task.id)
+
+    def _limit_use(self, queue: str) -> list[LimitUse]:
+        return self.inspector.limit_use(queue, project_limits().for_queue(queue))
 
     # Reading tasks
 
@@ -383,6 +431,26 @@ class Operations:
         """Enqueue a call of an exposed task type, as the user."""
         self.require(ENQUEUE)
         return task_type.using(**options).enqueue(*args, **kwargs)
+
+
+def held_reason(task: str, use: LimitUse | None) -> str:
+    """Why a task of type `task` is held back, from its type's limit and use in its queue."""
+    if use is None or use.limit is None:
+        return (
+            f"Held back by a limit its type {task} no longer has (the limits changed since): "
+            "the next claim from the queue lets it run."
+        )
+    limit, now = use.limit, []
+    if limit.max_concurrency is not None:
+        now.append(f"{use.running:,} running now")
+    wait = use.next_start_in or 0.0
+    if wait > 0:
+        now.append(f"next start allowed in {format_duration(wait)}")
+    now.append(f"{plural(use.held, 'task')} of its type held back")
+    full = limit.max_concurrency is not None and use.running >= limit.max_concurrency
+    at_limit = full or wait > 0
+    then = "" if at_limit else " Its limits allow a start now: the next claim from the queue lets it run."
+    return f"Held back by the limits of its type {task} ({limit.describe()}): {', '.join(now)}.{then}"
 
 
 def _by_queue(refs: Sequence[TaskRef]) -> dict[str, list[str]]:

@@ -275,6 +275,32 @@ def long_values(broker) -> dict[str, str]:
     return ids
 
 
+#: A limited task type with a long name (flow control: the dashboard's table, a held task's page).
+LONG_LIMITED_TYPE = "tests.wide." + "rate_limited_task_" * 12
+
+
+@pytest.fixture
+def held_back_task(broker) -> Iterator[str]:
+    """A task of queue `WIDE` held back by its type's limit (registered for the test); its id."""
+    from django_rtq import registry
+    from django_rtq.connection import get_broker
+
+    registry.task(name=LONG_LIMITED_TYPE, queue=WIDE, max_concurrency=1)(lambda: None)
+    try:
+        messages = [
+            TaskMessage(
+                id=f"held-{n}-{time.time_ns()}", task=LONG_LIMITED_TYPE, queue=WIDE, enqueued_at=time.time()
+            )
+            for n in range(2)
+        ]
+        get_broker().enqueue(messages)
+        [started] = get_broker().claim(WIDE, worker_id="flow-test", limit=10)
+        assert started.id == messages[0].id
+        yield messages[1].id
+    finally:
+        registry._registry.pop(LONG_LIMITED_TYPE, None)
+
+
 def overflow(page) -> int:
     """How many pixels the page is wider than the window (0: no sideways scroll)."""
     return page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
@@ -291,14 +317,15 @@ def widest(page) -> list[str]:
     )
 
 
-def test_no_page_scrolls_sideways(page, live_server, broker, run_worker, settings):
+def test_no_page_scrolls_sideways(page, live_server, broker, run_worker, settings, held_back_task):
     settings.RTQ = {
         **settings.RTQ,
         "PERIODIC": {
             LONG_SCHEDULE: {"task": "tests.testapp.tasks.record", "every": 3600, "args": [LONG_ARGUMENT]}
         },
+        "QUEUE_LIMITS": {WIDE: {"rate_limit": "1000/h", "burst": 50, "max_concurrency": 20}},
     }
-    ids = long_values(broker)
+    ids = long_values(broker)  # after held_back_task, whose claim would take its pending task
     job = Operations().start_bulk(Action.DELETE, "low", [S.ARCHIVED])
     FinishedTask.objects.create(
         task_id=LONG_ID[:255],
@@ -317,6 +344,7 @@ def test_no_page_scrolls_sideways(page, live_server, broker, run_worker, setting
         *(f"{live}tasks/{state}/?queue={WIDE}" for state in S),
         f"{live}task/{quote(LONG_ID, safe='')}/?queue={WIDE}",
         *(f"{live}task/{task_id}/?queue={WIDE}" for task_id in ids.values()),
+        f"{live}task/{held_back_task}/?queue={WIDE}",
         f"{live}workers/",
         f"{live}periodic/",
         f"{live}bulk/low/{job.id}/",

@@ -197,6 +197,7 @@ def test_stats_as_json(rtq: Broker, clock: FakeClock):
                 "oldest_pending_age": 10.0,
                 "waiting": 0,
                 "size": 10,
+                "limits": [],  # no flow-control limit, no use (tests/test_flow_control_surfaces.py)
             }
         ]
     }

@@ -1,4 +1,5 @@
-"""The dashboard: every queue's tasks per state, counters and memory, workers, bulk jobs, a history chart."""
+"""The dashboard: every queue's tasks per state, counters and memory, flow control, workers, bulk
+jobs, a history chart."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from django.template.response import TemplateResponse
 
 from ..broker import TaskState
 from ..broker.bulk import KEEP_FINISHED_SECONDS, BulkJob
-from ..broker.inspect import QueueStats
+from ..broker.inspect import LimitUse, QueueStats
+from ..broker.limits import QUEUE_SCOPE
 from ..formats import django_datetime, format_duration
 from ..operations import Operations
 from .bulk import describe_job
@@ -56,6 +58,18 @@ def dashboard(request: HttpRequest, model_admin: ModelAdmin, ops: Operations) ->
         queues=queues,
         workers=describe_workers(model_admin, ops),
         bulk_jobs=[describe_job(model_admin, job) for job in recent_jobs(ops.bulk_jobs())],
+        flow_control=[
+            {
+                "queue": name,
+                "scopes": [describe_limit_use(use) for use in uses],
+                # held tasks sort after every other pending task: the reversed list shows them first
+                "held_url": admin_url(
+                    model_admin, "tasks", TaskState.PENDING, query={"queue": name, "order": "reverse"}
+                ),
+            }
+            for name in names
+            if (uses := ops.flow_control(name))
+        ],
         chart=history_chart(history),
         chart_queue=chart_queue,
         chart_days=CHART_DAYS,
@@ -63,6 +77,22 @@ def dashboard(request: HttpRequest, model_admin: ModelAdmin, ops: Operations) ->
         queue_action_url=admin_url(model_admin, "queue_action"),
     )
     return TemplateResponse(request, "admin/django_rtq/dashboard.html", context)
+
+
+def describe_limit_use(use: LimitUse) -> dict[str, Any]:
+    """A row of a queue's flow-control table."""
+    limit = use.limit
+    return {
+        "scope": use.scope,
+        "is_queue": use.scope == QUEUE_SCOPE,
+        "limit": limit.describe() if limit else None,
+        "running": use.running,
+        "max_concurrency": limit.max_concurrency if limit else None,
+        "held": use.held,
+        "tokens": None if use.tokens is None else round(use.tokens, 1),
+        "burst": limit.burst if limit and limit.rate is not None else None,
+        "next_start_in": format_duration(use.next_start_in) if use.next_start_in else None,
+    }
 
 
 def state_count(ops: Operations, stats: QueueStats, state: TaskState) -> int:

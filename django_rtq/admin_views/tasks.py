@@ -248,6 +248,7 @@ def task_row(model_admin: ModelAdmin, task: TaskInfo) -> dict[str, Any]:
         "error": shorten(task.last_error, ERROR_SHOWN),
         "at": django_datetime(task.score_at),
         "owner": task.owner,
+        "held": task.held,
         "actions": offers(task.state),
     }
 
@@ -283,6 +284,7 @@ def task_detail(request: HttpRequest, model_admin: ModelAdmin, ops: Operations, 
         subtitle=message.task if message else "Corrupt message",
         task=task,
         message=message,
+        held_reason=ops.held_reason(task) if task.held else None,
         list_url=admin_url(model_admin, "tasks", task.state, query={"queue": task.queue}),
         time_label=STATE_TIME_LABELS.get(task.state),
         at=django_datetime(task.score_at),

@@ -183,6 +183,11 @@ class TaskSerializer(serializers.Serializer):
     started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
     worker = serializers.CharField(allow_null=True)
+    held_back = serializers.CharField(
+        allow_null=True,
+        help_text="Why a pending task is held back by its type's flow-control limits (with their "
+        "use now); null if it is not.",
+    )
 
 
 class CancelledSerializer(serializers.Serializer):
@@ -212,6 +217,32 @@ class BulkJobSerializer(serializers.Serializer):
     url = serializers.URLField(help_text="Where to follow its progress.")
 
 
+class LimitSerializer(serializers.Serializer):
+    rate_limit = serializers.CharField(
+        allow_null=True, help_text='Starts per second, minute or hour: "20/s".'
+    )
+    burst = serializers.IntegerField(
+        allow_null=True, help_text="Starts the rate limit allows at once; null without a rate limit."
+    )
+    max_concurrency = serializers.IntegerField(allow_null=True, help_text="Running at once, at most.")
+    description = serializers.CharField(help_text='For people: "20/s (burst 40), at most 3 running".')
+
+
+class LimitUseSerializer(serializers.Serializer):
+    scope = serializers.CharField(help_text="A task type's name, or \"*\" for the queue's own limit.")
+    limit = LimitSerializer(
+        allow_null=True,
+        help_text="The limit in force; null when only its use is left (a removed limit, draining).",
+    )
+    running = serializers.IntegerField(help_text="Concurrency slots its running tasks hold.")
+    held = serializers.IntegerField(
+        help_text="Tasks of this type held back, pending; 0 for the queue's own (it holds none back)."
+    )
+    tokens = serializers.FloatField(
+        allow_null=True, help_text="Starts its rate limit allows at once now; null without a rate limit."
+    )
+
+
 class QueueSerializer(serializers.Serializer):
     queue = serializers.CharField()
     size = serializers.IntegerField()
@@ -226,6 +257,11 @@ class QueueSerializer(serializers.Serializer):
     failed_today = serializers.IntegerField()
     paused = serializers.BooleanField()
     oldest_pending_age = serializers.FloatField(allow_null=True, help_text="Seconds.")
+    limits = LimitUseSerializer(
+        many=True,
+        help_text="Flow control: the queue's own limit, its task types', and any other in use in it, "
+        "each with its use now.",
+    )
 
 
 class DayCountSerializer(serializers.Serializer):

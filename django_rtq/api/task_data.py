@@ -10,13 +10,14 @@ from ..formats import utc_datetime
 from ..models import FinishedTask
 
 
-def task_data(task: TaskInfo | FinishedTask) -> dict[str, Any]:
+def task_data(task: TaskInfo | FinishedTask, held_back: str | None = None) -> dict[str, Any]:
     """What `Operations.find_task` found, as `TaskSerializer` data."""
-    return live_task_data(task) if isinstance(task, TaskInfo) else finished_task_data(task)
+    return live_task_data(task, held_back) if isinstance(task, TaskInfo) else finished_task_data(task)
 
 
-def live_task_data(task: TaskInfo) -> dict[str, Any]:
-    """A task in Redis as `TaskSerializer` data."""
+def live_task_data(task: TaskInfo, held_back: str | None = None) -> dict[str, Any]:
+    """A task in Redis as `TaskSerializer` data; `held_back` is why it is held back, if it is
+    (`Operations.held_reason`)."""
     message, info = task.message, task.info
     return {
         "id": task.id,
@@ -41,6 +42,7 @@ def live_task_data(task: TaskInfo) -> dict[str, Any]:
         "started_at": utc_datetime(info.get("started_at")),
         "finished_at": utc_datetime(info.get("finished_at") or info.get("failed_at")),
         "worker": task.owner or info.get("worker"),
+        "held_back": held_back,
     }
 
 
@@ -69,6 +71,7 @@ def finished_task_data(row: FinishedTask) -> dict[str, Any]:
         "started_at": row.started_at,
         "finished_at": row.finished_at,
         "worker": row.worker or None,
+        "held_back": None,
     }
 
 

@@ -8,6 +8,7 @@ are decided there, who may make the request by the API's permission classes.
 from __future__ import annotations
 
 import inspect
+from dataclasses import asdict
 from typing import Any
 
 from django.urls import include, path
@@ -20,7 +21,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from .. import __version__
-from ..broker.inspect import TaskInfo
+from ..broker.inspect import LimitUse, QueueStats, TaskInfo
 from ..broker.states import ACTION_STATES, Action, TaskState
 from ..conf import get_settings
 from ..exceptions import DuplicateTask, InvalidTask, TaskIdConflict
@@ -136,7 +137,8 @@ class TaskDetailView(APIBase):
         queue = self.query(s.TaskQuerySerializer).get("queue")
         task = self.ops.find_task(task_id, queue)  # a TaskInfo, or a FinishedTask row
         self.check_object_permissions(request, task)
-        return Response(s.TaskSerializer(task_data(task)).data)
+        held_back = self.ops.held_reason(task) if isinstance(task, TaskInfo) else None
+        return Response(s.TaskSerializer(task_data(task, held_back)).data)
 
 
 def applies_to(action: Action) -> str:
@@ -158,7 +160,8 @@ class TaskActionView(APIBase):
 
     def task_now(self, report: ActionReport) -> Response:
         [ref] = report.acted
-        return Response(s.TaskSerializer(live_task_data(self.ops.live_task(ref.id, ref.queue))).data)
+        task = self.ops.live_task(ref.id, ref.queue)
+        return Response(s.TaskSerializer(live_task_data(task, self.ops.held_reason(task))).data)
 
 
 ACTION_DOC = {
@@ -222,11 +225,16 @@ class TaskCancelView(TaskActionView):
 # Queues
 
 
+def queue_data(stats: QueueStats, limits: list[LimitUse]) -> dict[str, Any]:
+    """A queue's stats and flow control as `QueueSerializer` data."""
+    return {**asdict(stats), "size": stats.size, "limits": [use.as_dict() for use in limits]}
+
+
 class QueueView(APIBase):
-    # A view of one queue: its stats and history as the answer.
+    # A view of one queue: its stats, flow control and history as the answer.
 
     def queue_detail(self, queue: str, days: int = 7) -> dict[str, Any]:
-        data = dict(s.QueueSerializer(self.ops.queue_stats(queue)).data)
+        data = queue_data(self.ops.queue_stats(queue), self.ops.flow_control(queue))
         data["history"] = [
             {"day": day, "processed": processed, "failed": failed}
             for day, processed, failed in self.ops.history(queue, days)
@@ -239,12 +247,14 @@ class QueueListView(APIBase):
 
     @documented(
         operation_id="list_queues",
-        summary="List the queues with their stats",
+        summary="List the queues with their stats and flow control",
         responses={200: s.QueueSerializer(many=True)},
     )
     def get(self, request: Request) -> Response:
-        stats = [self.ops.queue_stats(name) for name in self.ops.queues()]
-        return Response(s.QueueSerializer(stats, many=True).data)
+        data = [
+            queue_data(self.ops.queue_stats(name), self.ops.flow_control(name)) for name in self.ops.queues()
+        ]
+        return Response(s.QueueSerializer(data, many=True).data)
 
 
 class QueueDetailView(QueueView):
@@ -252,7 +262,7 @@ class QueueDetailView(QueueView):
 
     @documented(
         operation_id="get_queue",
-        summary="Get a queue's stats and daily history",
+        summary="Get a queue's stats, flow control and daily history",
         parameters=[s.QueueQuerySerializer],
         responses={200: s.QueueDetailSerializer, 400: INVALID, 404: NOT_FOUND},
     )
@@ -308,7 +318,10 @@ class QueueTasksView(APIBase):
         tasks = (
             self.ops.list_tasks(queue, query["state"], offset=offset, limit=limit) if offset < count else []
         )
-        results = s.TaskSerializer([live_task_data(task) for task in tasks], many=True).data
+        held_back = self.ops.held_reasons(tasks)
+        results = s.TaskSerializer(
+            [live_task_data(task, held_back.get(task.id)) for task in tasks], many=True
+        ).data
         return Response(page_data(request, count=count, offset=offset, limit=limit, results=results))
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -15,6 +16,7 @@ import redis
 
 from ..exceptions import TaskNotFound
 from .broker import Broker, translate_errors, utc_day
+from .limits import HELD_BASE, QUEUE_SCOPE, Limit, bucket_tokens
 from .message import TaskMessage
 from .states import TaskState
 from .timings import Histogram, histograms
@@ -25,6 +27,9 @@ logger = logging.getLogger(__name__)
 NAME_SEARCH_SCAN = 1000
 #: States whose lists show the newest first.
 NEWEST_FIRST = (TaskState.ARCHIVED, TaskState.COMPLETED)
+#: Task types holding tasks back without a limit in force that `limit_use` looks for, at most:
+#: one round trip each, and only when the held index holds tasks of types it was not told of.
+HELD_TYPES_SCAN = 100
 
 
 #: The states whose sizes QueueStats has, in the order of its fields.
@@ -81,6 +86,8 @@ class TaskInfo:
     progress: dict[str, Any] | None = None
     # a waiting workflow's own facts: kind, stage, counters (see workflows/planner.py)
     workflow: dict[str, Any] | None = None
+    # pending, but held back by its type's flow-control limits (broker/limits.py, HELD_BASE)
+    held: bool = False
 
     @property
     def children(self) -> list[str]:
@@ -96,6 +103,48 @@ class TaskInfo:
     @property
     def last_error(self) -> str | None:
         return self.info.get("error")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LimitUse:
+    """One flow-control scope of a queue: its limit and how much of it is used now."""
+
+    scope: str  # a task type's name, or QUEUE_SCOPE ("*") for the queue's own limit
+    limit: Limit | None  # None when only use is left: a previous deploy's limit, still draining
+    running: int  # concurrency slots its active tasks hold
+    held: int  # its tasks held back (always 0 for the queue's scope: it caps claims instead)
+    tokens: float | None  # starts its rate limit allows at once now; None without a rate limit
+
+    @property
+    def in_use(self) -> bool:
+        """Whether anything counts against it now: a running or held task, or a bucket not full."""
+        full = self.limit is None or self.tokens is None or self.tokens >= self.limit.burst
+        return bool(self.running or self.held or not full)
+
+    def as_dict(self) -> dict[str, Any]:
+        """As JSON-ready data, the same for the API and `rtq_stats --json`."""
+        limit = self.limit
+        return {
+            "scope": self.scope,
+            "limit": {
+                "rate_limit": limit.rate_limit,
+                "burst": limit.burst if limit.rate is not None else None,
+                "max_concurrency": limit.max_concurrency,
+                "description": limit.describe(),
+            }
+            if limit
+            else None,
+            "running": self.running,
+            "held": self.held,
+            "tokens": self.tokens,
+        }
+
+    @property
+    def next_start_in(self) -> float | None:
+        """Seconds until its rate limit allows one more start; 0 now; None without a rate limit."""
+        if self.limit is None or self.limit.rate is None or self.tokens is None:
+            return None
+        return max(0.0, (1 - self.tokens) * self.limit.period / self.limit.rate)
 
 
 class Inspector:
@@ -175,6 +224,60 @@ class Inspector:
 
     def workers(self) -> list[dict[str, Any]]:
         return self.broker.workers()
+
+    def limit_use(self, queue: str, limits: Mapping[str, Limit]) -> list[LimitUse]:
+        """The flow-control scopes of a queue, the queue's own first, then task types by name:
+        each scope of `limits` (the limits in force) and each with use left in Redis (slots held,
+        a bucket, tasks held back) without a limit in force any more. One pipelined round trip,
+        plus one per type holding tasks back that `limits` does not name."""
+        qk = self.broker.queue(queue)
+        types = [scope for scope in limits if scope != QUEUE_SCOPE]
+        with translate_errors():
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hgetall(qk.running)
+            pipe.hgetall(qk.buckets)
+            pipe.zcard(qk.held)
+            for scope in types:
+                pipe.zlexcount(qk.held, *_held_range(scope))
+            running, buckets, held_total, *counts = pipe.execute()
+            held = dict(zip(types, counts, strict=True))
+            if held_total > sum(counts):
+                held.update(self._held_by_other_types(qk.held, set(types), held_total - sum(counts)))
+        # The broker's clock, not the Redis server's that stamps the buckets: a few ms apart.
+        now_ms = self.broker.now_ms()
+        scopes = {*limits, *running, *buckets, *(scope for scope, count in held.items() if count)}
+        records = []
+        for scope in sorted(scopes, key=lambda scope: (scope != QUEUE_SCOPE, scope)):
+            limit = limits.get(scope)
+            records.append(
+                LimitUse(
+                    scope=scope,
+                    limit=limit,
+                    running=_whole(running.get(scope)),
+                    held=0 if scope == QUEUE_SCOPE else held.get(scope, 0),
+                    tokens=bucket_tokens(buckets.get(scope), limit, now_ms) if limit else None,
+                )
+            )
+        return records
+
+    def _held_by_other_types(self, key: str, known: set[str], missing: int) -> dict[str, int]:
+        """Count the `missing` held tasks of types in the held index but not in `known`, walking
+        the index type by type: one round trip each, HELD_TYPES_SCAN types at most."""
+        counts: dict[str, int] = {}
+        head = self.client.zrangebylex(key, "-", "+", start=0, num=1)
+        for _ in range(HELD_TYPES_SCAN):
+            if not head or missing <= 0:
+                break
+            scope = head[0].partition("\0")[0]
+            pipe = self.client.pipeline(transaction=False)
+            if scope not in known:
+                pipe.zlexcount(key, *_held_range(scope))
+            pipe.zrangebylex(key, f"[{scope}\1", "+", start=0, num=1)
+            *count, head = pipe.execute()
+            if count:
+                counts[scope] = count[0]
+                missing -= count[0]
+        return counts
 
     def task_timings(self, queue: str) -> tuple[list[Histogram], list[Histogram]]:
         """How long a queue's attempts ran, by task type and outcome, and how long its first
@@ -326,12 +429,25 @@ class Inspector:
                     owner=owner,
                     progress=_workflow_progress(workflow) if workflow else _json(progress),
                     workflow=_workflow_facts(workflow) if workflow else None,
+                    held=state == TaskState.PENDING and score is not None and score >= HELD_BASE,
                 )
             )
         return tasks
 
 
 _STATE_NAMES = frozenset(TaskState)
+
+
+def _held_range(task: str) -> tuple[str, str]:
+    """The ZRANGEBYLEX bounds of a task type's entries in a queue's held index."""
+    return f"[{task}\0", f"({task}\1"
+
+
+def _whole(value: str | None) -> int:
+    try:
+        return max(0, int(value or 0))
+    except ValueError:
+        return 0
 
 
 def _json(value: str | None) -> Any:

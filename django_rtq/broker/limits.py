@@ -142,22 +142,15 @@ def no_limits() -> FlowLimits:
 LimitsSource = Callable[[], FlowLimits]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ScopeUse:
-    """How much of a scope's limits a queue uses now (see Broker.limit_use)."""
-
-    running: int
-    held: int
-    tokens: float | None  # starts the rate limit allows at once now; None without one
-
-    @staticmethod
-    def tokens_now(raw: str | None, limit: Limit, now_ms: int) -> float | None:
-        """The bucket's tokens at `now_ms` from its stored "<tokens>:<at ms>" (full if unused)."""
-        if limit.rate is None:
-            return None
-        try:
-            tokens, at = (float(part) for part in (raw or "").split(":"))
-        except ValueError:
-            return float(limit.burst)
-        refill = max(0.0, now_ms - at) * limit.rate / (limit.period * 1000)
-        return min(float(limit.burst), tokens + refill) if math.isfinite(tokens) else float(limit.burst)
+def bucket_tokens(raw: str | None, limit: Limit, now_ms: int) -> float | None:
+    """The tokens of a rate limit's bucket at `now_ms`, from its stored "<tokens>:<updated ms>"
+    (as claim.lua refills it; full when unused or unreadable); None without a rate limit."""
+    if limit.rate is None:
+        return None
+    try:
+        tokens, at = (float(part) for part in (raw or "").split(":"))
+    except ValueError:
+        return float(limit.burst)
+    if not (math.isfinite(tokens) and math.isfinite(at)):
+        return float(limit.burst)
+    return min(float(limit.burst), tokens + max(0.0, now_ms - at) * limit.rate / (limit.period * 1000))

@@ -1,4 +1,5 @@
-"""The Prometheus collector: queue sizes, daily counters and workers, read through the operations layer."""
+"""The Prometheus collector: queue sizes, daily counters, flow control and workers, read through the
+operations layer."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from ..broker.inspect import STATS_STATES, QueueStats
+from ..broker.inspect import STATS_STATES, LimitUse, QueueStats
 from ..broker.timings import Histogram
 from ..exceptions import BrokerUnavailable
 from ..operations import Operations
@@ -30,6 +31,7 @@ class RTQCollector(Collector):
         try:
             stats = [self.ops.queue_stats(name) for name in self.ops.queues()]
             timings = {s.queue: self.ops.task_timings(s.queue) for s in stats}
+            limits = {s.queue: self.ops.flow_control(s.queue) for s in stats}
             workers = self.ops.workers()
             day_started = self.ops.now() // SECONDS_PER_DAY * SECONDS_PER_DAY
         except BrokerUnavailable:
@@ -38,6 +40,7 @@ class RTQCollector(Collector):
         yield GaugeMetricFamily("rtq_redis_up", REDIS_UP_HELP, 1)
         yield from queue_metrics(stats, day_started)
         yield from timing_metrics(timings)
+        yield from limit_metrics(limits)
         yield from worker_metrics(workers, [s.queue for s in stats])
 
 
@@ -93,6 +96,25 @@ def timing_metrics(timings: dict[str, tuple[list[Histogram], list[Histogram]]]) 
         for histogram in waits:
             waited.add_metric([queue, histogram.task], histogram.cumulative(), histogram.sum)
     yield from (ran, waited)
+
+
+def limit_metrics(limits: dict[str, list[LimitUse]]) -> Iterator[Metric]:
+    """The flow-control families, per queue and scope (a task type, or "*" for the queue's own)."""
+    running = GaugeMetricFamily(
+        "rtq_limit_running",
+        "Concurrency slots held in a flow-control scope of the queue: its running tasks.",
+        labels=["queue", "scope"],
+    )
+    held = GaugeMetricFamily(
+        "rtq_limit_held",
+        "Pending tasks of a task type held back by its flow-control limits (0 for the queue's own).",
+        labels=["queue", "scope"],
+    )
+    for queue, uses in sorted(limits.items()):
+        for use in uses:
+            running.add_metric([queue, use.scope], use.running)
+            held.add_metric([queue, use.scope], use.held)
+    yield from (running, held)
 
 
 def worker_metrics(workers: list[dict[str, Any]], queues: list[str]) -> Iterator[Metric]:

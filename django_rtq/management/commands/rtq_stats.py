@@ -1,4 +1,4 @@
-"""`manage.py rtq_stats`: each queue's tasks per state, today's counters, and daily history."""
+"""`manage.py rtq_stats`: each queue's tasks per state, today's counters, flow control, and daily history."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from django_rtq.broker.inspect import QueueStats
+from django_rtq.broker.inspect import LimitUse, QueueStats
+from django_rtq.broker.limits import QUEUE_SCOPE
 from django_rtq.formats import format_duration
 from django_rtq.management.base import OperationsCommand
 from django_rtq.management.table import render_table
@@ -26,10 +27,14 @@ STATS_HEADERS = (
     "FAILED TODAY",
     "OLDEST PENDING",
 )
+LIMIT_HEADERS = ("SCOPE", "LIMIT", "RUNNING", "HELD BACK", "TOKENS NOW")
 
 
 class Command(OperationsCommand):
-    help = "Show each queue's tasks per state, today's processed and failed counts, and paused queues."
+    help = (
+        "Show each queue's tasks per state, today's processed and failed counts, paused queues, "
+        "and the flow-control limits with their use."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         super().add_arguments(parser)
@@ -46,14 +51,22 @@ class Command(OperationsCommand):
             raise CommandError("--history must be at least 1 day.")
         names = self.check_queues(queues) if queues else self.queue_names()
         stats = [self.ops.queue_stats(name) for name in names]
+        limits = {name: self.ops.flow_control(name) for name in names}
         histories = {name: self.ops.history(name, days=history) for name in names} if history else {}
         if self.as_json:
-            self.write_json({"queues": [self.stats_data(s, histories.get(s.queue)) for s in stats]})
+            self.write_json(
+                {"queues": [self.stats_data(s, limits[s.queue], histories.get(s.queue)) for s in stats]}
+            )
             return
         if not stats:
             self.stdout.write("No queues yet.")
             return
         self.write_lines(render_table(STATS_HEADERS, map(stats_row, stats), header_style=self.heading))
+        for name, uses in limits.items():
+            if uses:
+                self.stdout.write("")
+                self.stdout.write(f"Queue {name!r}, flow control:")
+                self.write_lines(render_table(LIMIT_HEADERS, map(limit_row, uses), header_style=self.heading))
         for name, days in histories.items():
             self.stdout.write("")
             self.stdout.write(f"Queue {name!r}, last {len(days)} days (UTC):")
@@ -64,8 +77,10 @@ class Command(OperationsCommand):
                 render_table(("DAY", "PROCESSED", "FAILED", "FAILURE RATE"), rows, header_style=self.heading)
             )
 
-    def stats_data(self, stats: QueueStats, days: list[tuple[str, int, int]] | None) -> dict[str, Any]:
-        data = {**asdict(stats), "size": stats.size}
+    def stats_data(
+        self, stats: QueueStats, limits: list[LimitUse], days: list[tuple[str, int, int]] | None
+    ) -> dict[str, Any]:
+        data = {**asdict(stats), "size": stats.size, "limits": [use.as_dict() for use in limits]}
         if days is not None:
             data["history"] = [{"day": d, "processed": p, "failed": f} for d, p, f in days]
         return data
@@ -85,6 +100,23 @@ def stats_row(stats: QueueStats) -> tuple[object, ...]:
         stats.processed_today,
         stats.failed_today,
         format_duration(stats.oldest_pending_age),
+    )
+
+
+def limit_row(use: LimitUse) -> tuple[object, ...]:
+    limit = use.limit
+    running: object = use.running
+    if limit and limit.max_concurrency is not None:
+        running = f"{use.running} of {limit.max_concurrency}"
+    tokens = None
+    if use.tokens is not None and limit is not None:
+        tokens = f"{use.tokens:.1f} of {limit.burst}"
+    return (
+        "(whole queue)" if use.scope == QUEUE_SCOPE else use.scope,
+        limit.describe() if limit else "(none now: draining)",
+        running,
+        None if use.scope == QUEUE_SCOPE else use.held,
+        tokens,
     )
 
 

@@ -31,12 +31,15 @@ class Command(OperationsCommand):
 
     def run(self, *, task_id: str, queue: str | None, **options: Any) -> None:
         [task] = self.find_tasks([task_id], queue)
+        held_back = self.ops.held_reason(task)
         if self.as_json:
-            self.write_json(task_as_dict(task))
+            self.write_json({**task_as_dict(task), "held_back": held_back})
             return
         label = self.style.SQL_FIELD
         self.stdout.write(self.heading(f"Task {task.id}"))
         self.write_lines(render_fields(self.summary(task), label_style=label))
+        if held_back:
+            self.stdout.write(held_back)
         if task.message is not None:
             self.stdout.write("\n" + self.heading("Options"))
             self.write_lines(render_fields(self.options(task), label_style=label))
