@@ -1,6 +1,8 @@
 """The tasks the benchmarks run."""
 
+import os
 import time
+import uuid
 
 from django_rtq import get_broker, task
 from django_rtq.conf import get_settings
@@ -42,3 +44,39 @@ def total(values: list[int]) -> int:
 @task
 def inc(value: int) -> int:
     return value + 1
+
+
+# Flow control (bench/flow_control.py). Declared only in the processes it starts with these
+# variables (itself and its workers), so that the other benchmarks measure a project without
+# limits. `RTQ_BENCH_FLOW_RATE=20 python bench/throughput.py` measures tasks without limits in a
+# project that has a limited type.
+FLOW_RATE = os.environ.get("RTQ_BENCH_FLOW_RATE")
+FLOW_CONCURRENCY = os.environ.get("RTQ_BENCH_FLOW_CONCURRENCY")
+
+
+def flow_runs_key() -> str:
+    """The Redis list the limited tasks record their runs on, under the run's key prefix."""
+    return f"{get_settings().KEY_PREFIX}:bench:flow"
+
+
+def record_run(seconds: float) -> None:
+    """Push "start <token> <time>", sleep `seconds`, push "end <token> <time>"."""
+    client, token = get_broker().client, uuid.uuid4().hex
+    client.rpush(flow_runs_key(), f"start {token} {time.time()!r}")
+    if seconds:
+        time.sleep(seconds)
+    client.rpush(flow_runs_key(), f"end {token} {time.time()!r}")
+
+
+if FLOW_RATE:
+
+    @task(rate_limit=f"{FLOW_RATE}/s")
+    def rate_limited() -> None:
+        record_run(0)
+
+
+if FLOW_CONCURRENCY:
+
+    @task(max_concurrency=int(FLOW_CONCURRENCY))
+    def concurrency_limited(seconds: float) -> None:
+        record_run(seconds)

@@ -71,6 +71,18 @@ def test_a_rate_limit_lets_through_one_start_per_interval_and_says_when_the_next
     assert ids(claim(any_broker)) == []
 
 
+def test_each_claim_that_takes_the_last_token_says_when_the_next_start_is_allowed(any_broker, clock):
+    use(any_broker, limits({PAY: Limit(rate=2, period=1.0)}))
+    tasks = add(any_broker, PAY, 4)
+    waits = []
+    for task in tasks[:3]:
+        claimed = claim(any_broker)
+        assert ids(claimed) == [task]
+        waits.append(claimed.wait)
+        clock.advance(0.5)
+    assert waits == [pytest.approx(0.5, abs=0.002)] * 3
+
+
 def test_a_burst_lets_that_many_start_at_once_then_the_rate_applies(any_broker, clock):
     use(any_broker, limits({PAY: Limit(rate=10, period=60.0, burst=3)}))
     tasks = add(any_broker, PAY, 5)
@@ -239,6 +251,7 @@ def test_a_held_task_deleted_by_hand_leaves_nothing_behind(any_broker):
 
 
 def test_without_limits_the_claim_keeps_its_reply_and_touches_no_flow_key(any_broker):
+    use(any_broker, limits())  # the test project's limited types would apply otherwise
     tasks = add(any_broker, PAY, 2)
     claimed = claim(any_broker)
     assert ids(claimed) == tasks and claimed.wait is None

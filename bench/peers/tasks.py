@@ -6,6 +6,8 @@ Settings: bench.peers.rtq_settings (this module is autodiscovered by the worker)
 
 from __future__ import annotations
 
+import os
+
 from django.tasks import task as django_task
 
 from bench.peers import common
@@ -32,6 +34,14 @@ def orm(token: str = "") -> None:
 @task
 def sleep(token: str = "") -> None:
     common.run("sleep", token)
+
+
+if os.environ.get("BENCH_RTQ_LIMITED_TYPE"):
+    # A project with a flow-control limit on a type the bench does not enqueue: every claim then
+    # carries the limits and reads each task's type (docs/flow-control.md). Measures that cost.
+    @task(rate_limit="20/s")
+    def limited(token: str = "") -> None:
+        common.run("empty", token)
 
 
 @django_task(queue_name="bench")

@@ -5,7 +5,7 @@ try:
 except ImportError:
     from django_tasks import task
 
-from tests.testapp.tasks import client, report, report_key
+from tests.testapp.tasks import client, report, report_key, run_recorded
 
 
 @task
@@ -46,3 +46,9 @@ def waits(name):
     report(name, "started")
     client().blpop(report_key(f"{name}:go"), timeout=20)
     return "done"
+
+
+@task(rate_limit="10/s", max_concurrency=2)
+def flow_django_limited(name, seconds=0.15):
+    """Flow control through Django's own `@task` (tests/test_flow_control_workers.py)."""
+    run_recorded(name, seconds)

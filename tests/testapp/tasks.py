@@ -1,8 +1,10 @@
 """Task types the test suite enqueues. They report what they did through Redis lists."""
 
 import asyncio
+import json
 import os
 import time
+import uuid
 
 import redis
 
@@ -219,4 +221,81 @@ if os.environ.get("RTQ_TEST_PERIODIC_EVERY"):
         report("every_tick", current_task().id)
 
 
-from . import wf_tasks  # noqa: E402, F401  (the workflow tests' task types, for worker processes)
+# Flow control with real worker processes (tests/test_flow_control_workers.py): limited task
+# types whose runs record their start and end, for a test to count starts per second and runs
+# at once. They go to the default queue, of each test's own key prefix.
+
+#: How many runs of `flow_per_deploy` a deploy lets run at once: each "deploy" sets its own.
+FLOW_DEPLOY_CONCURRENCY = int(os.environ.get("RTQ_TEST_FLOW_DEPLOY_CONCURRENCY", "1"))
+#: How long a run that waits for its release waits at most (seconds).
+FLOW_RELEASE_TIMEOUT = 30.0
+
+_report_client = None
+
+
+def report_client() -> redis.Redis:
+    """The Redis that flow-control handlers report to: RTQ_TEST_REPORT_URL when the broker is a
+    cluster (a plain client cannot use its URL), else the broker's own."""
+    global _report_client
+    if _report_client is None:
+        url = os.environ.get("RTQ_TEST_REPORT_URL")
+        _report_client = redis.Redis.from_url(url, decode_responses=True) if url else client()
+    return _report_client
+
+
+def run_recorded(name: str, seconds: float, until_released: bool = False) -> None:
+    """Push a JSON record of this run's start, then of its end, on the report list `name`: the
+    run's own token, task id and type, worker pid and time. Between them, sleep `seconds`, or with
+    `until_released`, wait until `release:<name>` is set."""
+    from django_rtq import current_task
+
+    me = current_task()
+    run = uuid.uuid4().hex
+
+    def record(event: str) -> None:
+        entry = {"event": event, "run": run, "id": me.id, "task": me.task, "pid": os.getpid()}
+        report_client().rpush(report_key(name), json.dumps({**entry, "at": time.time()}))
+
+    record("start")
+    if until_released:
+        deadline = time.time() + FLOW_RELEASE_TIMEOUT
+        while time.time() < deadline and not report_client().get(report_key(f"release:{name}")):
+            time.sleep(0.01)
+    else:
+        time.sleep(seconds)
+    record("end")
+
+
+@task(rate_limit="10/s")
+def flow_rate_10(name):
+    run_recorded(name, 0)
+
+
+@task(max_concurrency=2)
+def flow_two_at_once(name, seconds=0.2, until_released=False):
+    run_recorded(name, seconds, until_released)
+
+
+@task(max_concurrency=1)
+def flow_one_at_once(name, seconds=0.2):
+    run_recorded(name, seconds)
+
+
+@task
+def flow_unlimited(name, seconds=0.2):
+    """No limit of its own: only its queue's, if it has one."""
+    run_recorded(name, seconds)
+
+
+@task(max_concurrency=FLOW_DEPLOY_CONCURRENCY)
+def flow_per_deploy(name, seconds=0.2):
+    run_recorded(name, seconds)
+
+
+# Django's own tasks (tests/testapp/dtasks.py) and the workflow tests' task types, imported at
+# start-up with this module, so that a worker process knows them, and their flow-control limits,
+# from its first claim.
+from . import (  # noqa: E402
+    dtasks,  # noqa: F401
+    wf_tasks,  # noqa: F401
+)

@@ -88,6 +88,14 @@ local function in_use(scope)
   return fc.in_use[scope]
 end
 
+-- Note in fc.wait how soon a rate limit whose bucket holds `left` tokens allows a start.
+local function note_wait(lim, left)
+  if left < 1 then
+    local wait = math.ceil((1 - left) * lim.p / lim.r)
+    if fc.wait < 0 or wait < fc.wait then fc.wait = wait end
+  end
+end
+
 -- How many tasks of a scope may start now (math.huge when it has no limits). When only its rate
 -- stops them, note in fc.wait how soon it will allow one.
 local function room(scope)
@@ -97,22 +105,22 @@ local function room(scope)
   if lim.c then free = math.max(0, lim.c - in_use(scope)) end
   if lim.r and free > 0 then
     local left = tokens(scope, lim)
-    if left < 1 then
-      local wait = math.ceil((1 - left) * lim.p / lim.r)
-      if fc.wait < 0 or wait < fc.wait then fc.wait = wait end
-    end
+    note_wait(lim, left)
     free = math.min(free, math.floor(left))
   end
   return free
 end
 
 -- Count a start of task `id` against a scope's limits: a token, and a slot it holds while active.
+-- A start that empties the bucket notes when the next is allowed: the tasks that wait for it may
+-- be held already, and no later room() of this claim would see them.
 local function take(scope, id)
   local lim = fc.limits[scope]
   if type(lim) ~= 'table' then return end
   if lim.r then
     fc.tokens[scope] = tokens(scope, lim) - 1
     fc.spent[scope] = true
+    note_wait(lim, fc.tokens[scope])
   end
   if lim.c then
     fc.in_use[scope] = in_use(scope) + 1
