@@ -29,7 +29,7 @@ from .exceptions import InvalidArguments, InvalidTask, TaskNotFound
 from .formats import django_datetime
 from .models import FinishedTask
 from .operations import Operations
-from .registry import TaskType, build_message, register_task, task_limit
+from .registry import TaskType, build_message, register_task
 
 try:  # Django 6.0+
     from django.tasks.backends.base import BaseTaskBackend
@@ -96,7 +96,6 @@ class RTQTask(Task):
                 options[name] = value
         if self.unique:
             options["unique"] = self.unique
-        task_limit(options, self.module_path)
         return TaskType(func=_runner(self), name=self.module_path, options=options)
 
 

@@ -21,7 +21,7 @@ from django.db import transaction
 from django.utils.module_loading import import_string
 
 from . import signals
-from .broker.limits import Limit, make_limit
+from .broker.limits import QUEUE_SCOPE, Limit, make_limit
 from .broker.message import MAX_PRIORITY, MIN_PRIORITY, TaskMessage
 from .conf import LIMIT_OPTIONS, get_settings, validate_queue_name
 from .connection import get_broker
@@ -76,9 +76,12 @@ class TaskType:
     name: str
     options: dict[str, Any] = field(default_factory=dict)
     is_async: bool = field(init=False)  # an `async def` function
+    # its flow-control limits (`rate_limit`, `burst`, `max_concurrency`), if it has any
+    limit: Limit | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.func))
+        object.__setattr__(self, "limit", task_limit(self.options, self.name))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
@@ -87,11 +90,6 @@ class TaskType:
     def exposed(self) -> bool:
         """Whether the REST API may enqueue this task type (`@task(expose=True)`)."""
         return bool(self.options.get("expose"))
-
-    @property
-    def limit(self) -> Limit | None:
-        """Its flow-control limits (`rate_limit`, `burst`, `max_concurrency`), if it has any."""
-        return task_limit(self.options, self.name)
 
     @property
     def retry_backoff(self) -> Backoff:
@@ -196,7 +194,6 @@ def task(func: Callable[..., Any] | None = None, *, name: str | None = None, **o
             resolve_backoff(options["retry_backoff"])
         if not SCHEDULE_OPTIONS.isdisjoint(options):
             check_schedule(task_name, cron=options.get("cron"), every=options.get("every"))
-        task_limit(options, task_name)
         register_task(task_type)
         return task_type
 
@@ -227,6 +224,11 @@ def task_limit(options: dict[str, Any], task_name: str) -> Limit | None:
     """The flow-control limits that a task type's options set; ImproperlyConfigured if invalid."""
     if all(options.get(name) is None for name in LIMIT_OPTIONS):
         return None
+    if task_name == QUEUE_SCOPE or "\0" in task_name or "\1" in task_name:
+        raise ImproperlyConfigured(
+            f"Task {task_name!r} cannot have flow-control limits: its name is {QUEUE_SCOPE!r} (a "
+            "queue's own limits) or holds a \\0 or \\1 character. Give it another name."
+        )
     try:
         return make_limit(**{name: options.get(name) for name in LIMIT_OPTIONS}, where=f"Task {task_name!r}")
     except ValueError as exc:

@@ -347,3 +347,85 @@ def test_garbage_in_the_slot_keys_never_stops_a_task_from_settling(any_broker):
     any_broker.client.set(queue.slots, "garbage")
     assert any_broker.fail(EMAILS, second, worker_id=WORKER, run="1", to=TaskState.ARCHIVED, info={})
     assert any_broker.client.zcard(queue.active) == 0
+
+
+def test_a_claim_that_cannot_start_a_limited_task_for_want_of_a_thread_says_so(any_broker):
+    use(any_broker, limits({PAY: Limit(rate=100, period=1.0, burst=10)}))
+    tasks = add(any_broker, PAY, 5)
+    claimed = claim(any_broker, limit=8, start_now=2)
+    assert ids(claimed) == tasks[:2] and claimed.thread_bound
+    assert claimed.wait is None  # tokens are there: only a thread is missing
+    claimed = claim(any_broker, limit=8, start_now=0)
+    assert ids(claimed) == [] and claimed.thread_bound
+    claimed = claim(any_broker, limit=8, start_now=8)
+    assert ids(claimed) == tasks[2:] and not claimed.thread_bound
+
+
+def test_a_queue_limit_leaves_tasks_for_free_threads_and_says_so(any_broker):
+    use(any_broker, limits(queue=Limit(max_concurrency=5)))
+    tasks = add(any_broker, MAIL, 4)
+    claimed = claim(any_broker, limit=8, start_now=3)
+    assert ids(claimed) == tasks[:3] and claimed.thread_bound
+    claimed = claim(any_broker, limit=8, start_now=3)
+    assert ids(claimed) == tasks[3:] and not claimed.thread_bound  # none left
+
+
+def test_a_long_run_of_held_tasks_is_set_aside_over_several_claims_without_waiting(any_broker):
+    use(any_broker, limits({PAY: Limit(rate=1, period=3600.0)}))
+    pay = add(any_broker, PAY, 450)
+    mail = add(any_broker, MAIL)
+    first = claim(any_broker, limit=10)
+    assert ids(first) == pay[:1] and first.wait == 0  # stopped short: claim again at once
+    while not (claimed := claim(any_broker, limit=10)):
+        assert claimed.wait == 0
+    assert ids(claimed) == mail
+    assert held_count(any_broker, PAY) == 449
+
+
+def test_a_late_claim_keeps_a_little_of_the_rates_accrual(any_broker, clock):
+    use(any_broker, limits({PAY: Limit(rate=100, period=1.0)}))  # one start every 10 ms
+    tasks = add(any_broker, PAY, 3)
+    assert ids(claim(any_broker)) == tasks[:1]
+    clock.advance(0.015)  # 5 ms late: 2 ms of it are kept
+    claimed = claim(any_broker)
+    assert ids(claimed) == tasks[1:2]
+    assert claimed.wait == pytest.approx(0.008, abs=0.0011)
+    assert ids(claim(any_broker)) == []  # never more than the bucket's one start at once
+
+
+@pytest.mark.parametrize(
+    "bucket", ["-1e300:0", "inf:0", "5:abc", "0.5", "1e308:1700000000000", "99:1700000000000"]
+)
+def test_garbage_in_a_bucket_reads_as_a_full_bucket(any_broker, bucket):
+    use(any_broker, limits({PAY: Limit(rate=1, period=3600.0)}))
+    any_broker.client.hset(any_broker.queue(EMAILS).buckets, PAY, bucket)
+    tasks = add(any_broker, PAY, 2)
+    assert ids(claim(any_broker)) == tasks[:1]
+    assert ids(claim(any_broker)) == []
+
+
+def test_a_bucket_stamped_in_the_future_refills_from_now(any_broker, clock):
+    use(any_broker, limits({PAY: Limit(rate=1, period=1.0)}))
+    future = clock.ms(60)  # the server's clock stepped back a minute
+    any_broker.client.hset(any_broker.queue(EMAILS).buckets, PAY, f"0:{future}")
+    tasks = add(any_broker, PAY, 2)
+    assert ids(claim(any_broker)) == []
+    clock.advance(1)
+    assert ids(claim(any_broker)) == tasks[:1]
+
+
+def test_garbage_in_the_running_count_or_the_held_index_does_not_stop_the_queue(any_broker):
+    use(any_broker, limits({PAY: Limit(max_concurrency=1)}))
+    queue = any_broker.queue(EMAILS)
+    any_broker.client.hset(queue.running, PAY, "inf")
+    any_broker.client.zadd(queue.held, {"no separator": 0, f"{PAY}\0notascore\0x": 0})
+    pay = add(any_broker, PAY, 2)
+    mail = add(any_broker, MAIL)
+    assert ids(claim(any_broker)) == [pay[0], *mail]
+    assert any_broker.client.hget(queue.running, PAY) == "1"  # rewritten as a count
+    assert any_broker.client.zrange(queue.held, 0, -1) == [held_entry(any_broker, pay[1])]
+
+
+def held_entry(broker: Broker, task_id: str) -> str:
+    score = int(broker.client.zscore(broker.queue(EMAILS).pending, task_id)) - HELD_BASE
+    return f"{PAY}\0{score:017d}\0{task_id}"

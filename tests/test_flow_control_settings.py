@@ -4,6 +4,7 @@ backend), `RTQ["QUEUE_LIMITS"]`, their validation, and how the project's broker 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import uuid
 
@@ -20,6 +21,8 @@ from django_rtq.connection import get_broker
 from django_rtq.exceptions import InvalidTask
 from django_rtq.flow_control import project_limits
 from django_rtq.worker.processor import Processor
+from tests.conftest import wait_for
+from tests.testapp import tasks
 
 try:
     from django.tasks import task as django_task
@@ -32,8 +35,8 @@ def registered():
     """Task types a test registers, taken out of the registry again after it."""
     names: list[str] = []
 
-    def add(name: str, **options):
-        task_type = registry.task(name=name, **options)(lambda: None)
+    def add(name: str, func=lambda: None, **options):
+        task_type = registry.task(name=name, **options)(func)
         names.append(name)
         return task_type
 
@@ -93,6 +96,12 @@ def test_wrong_task_limits_are_refused_where_the_task_is_defined(registered):
     assert registry.get_task_type("tests.flow.bad") is None
 
 
+@pytest.mark.parametrize("name", ["*", "shop.tasks.pay\0", "a\1b"])
+def test_a_name_the_claim_could_not_tell_apart_cannot_have_limits(registered, name):
+    with pytest.raises(ImproperlyConfigured, match="cannot have flow-control limits"):
+        registered(name, max_concurrency=1)
+
+
 def test_limits_belong_to_the_task_type_not_to_one_call(registered):
     task_type = registered("tests.flow.typed", max_concurrency=1)
     with pytest.raises(InvalidTask, match=r"Unknown option.*'max_concurrency'"):
@@ -131,10 +140,10 @@ def test_the_projects_broker_hands_no_limited_task_to_an_idle_worker(settings, p
 def test_a_worker_gives_back_a_limited_task_handed_to_it_by_an_older_deploy(registered):
     registered("tests.flow.guarded", max_concurrency=1)
     processor = Processor.__new__(Processor)
-    processor.broker = get_broker()
-    assert processor._limited("default", json.dumps({"task": "tests.flow.guarded"}))
-    assert not processor._limited("default", json.dumps({"task": "tests.noop"}))
-    assert not processor._limited("default", "not json")
+    limits = project_limits()
+    assert processor._limited(limits, "default", json.dumps({"task": "tests.flow.guarded"}))
+    assert not processor._limited(limits, "default", json.dumps({"task": "tests.noop"}))
+    assert not processor._limited(limits, "default", "not json")
 
 
 def test_a_queue_limit_on_a_queue_named_nowhere_is_a_likely_typo(settings):
@@ -143,3 +152,36 @@ def test_a_queue_limit_on_a_queue_named_nowhere_is_a_likely_typo(settings):
     assert len(warnings) == 1 and "'paymnts'" in warnings[0].msg
     settings.RTQ = {**settings.RTQ, "QUEUE_LIMITS": {"default": {"max_concurrency": 1}}}
     assert not [m for m in run_checks(tags=[TAG]) if m.id == "django_rtq.W007"]
+
+
+def test_a_worker_claims_again_as_soon_as_a_thread_frees_for_tasks_its_limits_let_start(
+    settings, broker, run_worker, registered, redis_client
+):
+    # Limited tasks are never prefetched: a claim leaves them for a free thread. Waiting for a
+    # wake-up instead would take IDLE_WAIT per claim of two tasks.
+    settings.RTQ = {**settings.RTQ, "IDLE_WAIT": 30}
+    bursty = registered("tests.flow.bursty", tasks.record, rate_limit="1000/s", burst=20)
+    for _ in range(20):
+        bursty.enqueue("bursty")
+    with run_worker(concurrency=2):
+        wait_for(lambda: redis_client.llen(tasks.report_key("bursty")) == 20, timeout=10, message="20 runs")
+
+
+def test_tasks_claimed_before_their_types_limits_were_known_are_given_back(broker, run_worker, caplog):
+    name = "tests.testapp.late_limits.one_at_a_time"
+    assert registry.get_task_type(name) is None  # its module is not a tasks module: not imported yet
+    caplog.set_level(logging.INFO, logger="django_rtq")
+    messages = [TaskMessage(id=uuid.uuid4().hex, task=name, queue="default", args=["late"]) for _ in range(6)]
+    broker.enqueue(messages)
+    try:
+        with run_worker(concurrency=4):
+            wait_for(lambda: redis_client_len(broker, "late") == 6, timeout=20, message="6 runs")
+        runs = [json.loads(raw) for raw in broker.client.lrange(tasks.report_key("late"), 0, -1)]
+        assert max(run["running"] for run in runs) == 1  # its limit held from its first task on
+        assert "claimed before their type's limits were known" in caplog.text
+    finally:
+        forget(name)
+
+
+def redis_client_len(broker, name: str) -> int:
+    return broker.client.llen(tasks.report_key(name))

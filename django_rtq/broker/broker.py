@@ -19,7 +19,7 @@ import redis.cluster
 
 from ..exceptions import BrokerUnavailable, DuplicateTask, TaskIdConflict
 from .keys import Keyspace, QueueKeys
-from .limits import LimitsSource, no_limits
+from .limits import NO_LIMITS, FlowLimits, LimitsSource, no_limits
 from .message import TaskMessage, parse_info
 from .scripts import LuaScript, load_scripts
 from .states import TaskState
@@ -64,10 +64,15 @@ class ClaimedTask:
 
 
 class Claimed(list[ClaimedTask]):
-    """The tasks one claim took; `wait` is the seconds until a rate limit lets a task that waits
-    start (None when none waits for a rate limit)."""
+    """The tasks one claim took, and what the queue's flow-control limits said (claim.lua)."""
 
+    #: Seconds until the worker should claim again, as a rate limit then lets a waiting task start
+    #: (0: at once); None when no task waits for a rate limit.
     wait: float | None = None
+    #: Tasks the limits let start wait only for a free thread: claim again when one frees.
+    thread_bound: bool = False
+    #: The limits the claim applied (a task of a type they did not know may have passed its own).
+    limits: FlowLimits = NO_LIMITS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -361,6 +366,7 @@ class Broker:
         they hold back wait, and the result's `wait` says when a rate limit lets one start.
         """
         qk = self.queue(queue)
+        limits = self.limits()
         reply = self.run_script(
             "claim",
             [
@@ -386,13 +392,15 @@ class Broker:
                 limit,
                 limit if start_now is None else start_now,
                 idle_for_ms,
-                self.limits().spec(queue),
+                limits.spec(queue),
             ],
         )
         claimed = Claimed()
-        if len(reply) % 4 == 1:
-            wait_ms = reply.pop()
+        claimed.limits = limits
+        if len(reply) % 4 == 2:
+            thread_bound, wait_ms = reply.pop(), reply.pop()
             claimed.wait = wait_ms / 1000 if wait_ms >= 0 else None
+            claimed.thread_bound = bool(thread_bound)
         for i in range(0, len(reply), 4):
             task_id = reply[i]
             info, problem = parse_info(reply[i + 2])

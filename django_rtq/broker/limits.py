@@ -9,7 +9,6 @@ but their use: a token bucket per rate limit, a count of slots per concurrency l
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -24,6 +23,8 @@ HELD_BASE = 4_000_000_000_000_000
 #: Periods a rate limit may name.
 PERIODS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 RATE_PATTERN = re.compile(r"\s*(\d+)\s*/\s*([smh])\s*")
+#: A bucket as claim.lua stores it: "<tokens>:<updated at, ms>".
+BUCKET_PATTERN = re.compile(r"(\d+\.?\d*):(\d+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,14 +144,13 @@ LimitsSource = Callable[[], FlowLimits]
 
 
 def bucket_tokens(raw: str | None, limit: Limit, now_ms: int) -> float | None:
-    """The tokens of a rate limit's bucket at `now_ms`, from its stored "<tokens>:<updated ms>"
-    (as claim.lua refills it; full when unused or unreadable); None without a rate limit."""
+    """The tokens of a rate limit's bucket at `now_ms`, from its stored "<tokens>:<updated ms>",
+    read as claim.lua reads it (full when unused or unreadable; refilled from now if stamped later);
+    None without a rate limit."""
     if limit.rate is None:
         return None
-    try:
-        tokens, at = (float(part) for part in (raw or "").split(":"))
-    except ValueError:
+    match = BUCKET_PATTERN.fullmatch(raw or "")
+    if match is None or float(match[1]) > limit.burst + 0.5:
         return float(limit.burst)
-    if not (math.isfinite(tokens) and math.isfinite(at)):
-        return float(limit.burst)
-    return min(float(limit.burst), tokens + max(0.0, now_ms - at) * limit.rate / (limit.period * 1000))
+    tokens, at = float(match[1]), min(int(match[2]), now_ms)
+    return min(float(limit.burst), tokens + (now_ms - at) * limit.rate / (limit.period * 1000))

@@ -21,6 +21,7 @@ from django.db import close_old_connections, connections
 from .. import signals
 from ..broker import Broker, ClaimedTask, TaskMessage
 from ..broker.broker import Completion
+from ..broker.limits import NO_LIMITS, FlowLimits
 from ..broker.message import child_notice
 from ..broker.timings import Timings
 from ..context import TaskContext, set_current_task
@@ -138,6 +139,10 @@ class Processor:
         self._idle_listening = False
         # seconds until a rate limit lets a waiting task start, from the last claim (None: no such task)
         self._limit_wait: float | None = None
+        # the last claim left tasks that only wait for a free thread (limited ones: never prefetched)
+        self._thread_bound = False
+        # the flow-control limits the last claim applied
+        self._claimed_under: FlowLimits = NO_LIMITS
         self._kept: Job | None = None
         # How long (seconds) a lease is relied on after the request that set it was sent, and
         # when (monotonic) the heartbeater's last successful renewal was sent.
@@ -376,9 +381,9 @@ class Processor:
                 claimed = self._claim(free, start_now)
                 failures = 0
                 if claimed:
-                    self._dispatch(claimed, claimed_at)
-                if len(claimed) == free or (claimed and self.burst):
-                    continue  # the queues may hold more
+                    self._dispatch(claimed, claimed_at, self._claimed_under)
+                if len(claimed) == free or (claimed and self.burst) or self._thread_bound:
+                    continue  # the queues may hold more (for a free thread, if thread bound)
                 if self.burst and not claimed and self._is_drained():
                     self.drained.set()
                     break
@@ -431,8 +436,9 @@ class Processor:
         task_id, _, rest = data.partition("\n")
         run, _, raw_message = rest.partition("\n")
         claimed = ClaimedTask(id=task_id, queue=queue, raw_message=raw_message or None, run=run)
-        if self._limited(queue, raw_message):
-            self._hand_back(queue, task_id, "a limit may hold it back: it goes through a claim")
+        limits = self.broker.limits()
+        if self._limited(limits, queue, raw_message):
+            self._hand_back(queue, [task_id], "a limit may hold it back: it goes through a claim")
             return
         with self._cond:
             has_room = self._in_flight < self.concurrency and not self._stopping.is_set()
@@ -442,23 +448,24 @@ class Processor:
             # Its lease was set at enqueue, a moment before the message arrived: count from earlier.
             claimed_at = time.monotonic() - self._lease_budget / 4
             if keep:
-                jobs = self._take_in([claimed], claimed_at)
+                jobs = self._take_in([claimed], claimed_at, limits)
                 self._kept = jobs[0] if jobs else None
             else:
-                self._dispatch([claimed], claimed_at)
+                self._dispatch([claimed], claimed_at, limits)
             return
-        self._hand_back(queue, task_id, "it came as this worker filled up: another worker will run it")
+        self._hand_back(queue, [task_id], "it came as this worker filled up: another worker will run it")
 
-    def _hand_back(self, queue: str, task_id: str, why: str) -> None:
+    def _hand_back(self, queue: str, task_ids: list[str], why: str) -> None:
+        """Give back tasks that never started (their leases expire if Redis does not answer)."""
         try:
-            self.broker.requeue(queue, [task_id], worker_id=self.worker_id)
+            self.broker.requeue(queue, task_ids, worker_id=self.worker_id)
         except Exception as exc:
-            logger.warning("could not give back task %r handed over (%s): %s", task_id, why, exc)
+            ids = ", ".join(map(repr, task_ids))
+            logger.warning("could not give back task(s) %s (%s): %s", ids, why, exc)
 
-    def _limited(self, queue: str, raw_message: str) -> bool:
+    def _limited(self, limits: FlowLimits, queue: str, raw_message: str) -> bool:
         """Is a task handed over one that this worker's limits may hold back? The enqueuer hands
         none such over, unless its deploy's limits differ."""
-        limits = self.broker.limits()
         if not limits:
             return False
         try:
@@ -485,7 +492,10 @@ class Processor:
         return kept
 
     def _should_claim(self) -> bool:
-        """Claim when half the capacity is free, or at once when a thread would otherwise idle."""
+        """Claim when half the capacity is free, or at once when a thread would otherwise idle;
+        after a claim that left tasks waiting only for a free thread, as soon as one frees."""
+        if self._thread_bound:
+            return self._in_flight < self.concurrency
         free = self.capacity - self._in_flight
         return free >= self.concurrency or (free > 0 and self._queued == 0)
 
@@ -510,6 +520,7 @@ class Processor:
         """
         claimed: list[ClaimedTask] = []
         self._limit_wait = None
+        self._thread_bound = False
         # Long enough to outlast the idle wait before the next claim renews it; only a worker
         # with a free thread is handed tasks, which start at once.
         idle_for_ms = int((2 * self.idle_wait + 1) * 1000) if self.broker.hands_off and start_now else 0
@@ -532,6 +543,8 @@ class Processor:
                 self._queue_failed(queue)
                 continue
             self._broken_queues.pop(queue, None)
+            self._claimed_under = got.limits
+            self._thread_bound = self._thread_bound or got.thread_bound
             if got.wait is not None:
                 self._limit_wait = got.wait if self._limit_wait is None else min(self._limit_wait, got.wait)
             if idle_for_ms and len(got) < wanted:
@@ -552,19 +565,25 @@ class Processor:
         self._broken_queues[queue] = (time.monotonic() + backoff, failures)
         logger.exception("claiming from queue %r failed; trying it again in %.0fs", queue, backoff)
 
-    def _dispatch(self, batch: list[ClaimedTask], claimed_at: float) -> None:
+    def _dispatch(self, batch: list[ClaimedTask], claimed_at: float, limits: FlowLimits) -> None:
         """Take in claimed tasks whose leases were set by a request sent at `claimed_at`
         (monotonic), for the threads to run."""
-        for job in self._take_in(batch, claimed_at):
+        for job in self._take_in(batch, claimed_at, limits):
             self._work.put(job)
 
-    def _take_in(self, batch: list[ClaimedTask], claimed_at: float) -> list[Job]:
-        """Own claimed tasks as jobs (those that cannot run go to be archived); return the jobs."""
-        jobs, failures = [], []
+    def _take_in(self, batch: list[ClaimedTask], claimed_at: float, limits: FlowLimits) -> list[Job]:
+        """Own claimed tasks as jobs (those that cannot run go to be archived); return the jobs.
+
+        `limits` are those the claim applied: a task of a type with limits they did not know (its
+        module was first imported just now, to run it) is given back, for a claim to apply them."""
+        jobs, failures, unlimited = [], [], []
         for claimed in batch:
             try:
                 job = self._job(claimed)
                 job.claimed_at = claimed_at
+                if job.task_type.name not in limits.types and job.task_type.limit is not None:
+                    unlimited.append(job)
+                    continue
                 jobs.append(job)
             except Exception as exc:
                 message = exc.message if isinstance(exc, Unrunnable) else None
@@ -590,6 +609,17 @@ class Processor:
                 outcome.failure.error,
             )
             self._outcomes.put(outcome)
+        if unlimited:
+            by_queue: dict[str, list[str]] = defaultdict(list)
+            for job in unlimited:
+                by_queue[job.claimed.queue].append(job.id)
+            for queue, task_ids in by_queue.items():
+                logger.info(
+                    "giving back %d task(s) of queue %r claimed before their type's limits were known",
+                    len(task_ids),
+                    queue,
+                )
+                self._hand_back(queue, task_ids, "claimed before their type's limits were known")
         return jobs
 
     def _job(self, claimed: ClaimedTask) -> Job:

@@ -39,21 +39,26 @@
 --
 -- Returns: a flat list of id, message JSON, info JSON, run number per claimed task (false
 -- where missing); empty when the queue is paused or has nothing pending. Under flow control,
--- one more element ends the list: the ms until a rate limit lets a waiting task start (-1: none
--- does; a freed concurrency slot wakes the workers instead).
+-- two more elements end the list: the ms until the worker should claim again because a rate
+-- limit then lets a waiting task start (0: at once, the claim stopped short; -1: no such wait,
+-- a freed concurrency slot wakes the workers instead), and 1 when tasks the limits let start
+-- wait only for a free thread of this worker (0 otherwise).
 local pending, active, state, owner, msg, info, paused, idle, runs, unstarted =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local now, lease, worker = clock_now(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local limit, start_now, idle_for = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
--- Tasks a claim looks at beyond those it takes (held back, or put back), at most.
-local SCAN_LIMIT = 1000
--- Held tasks a claim moves back to pending, at most.
+-- Tasks a claim looks at beyond those it takes (held back), at most: about 2 ms of work.
+local SCAN_LIMIT = 200
+-- Held tasks a claim moves back to pending (or finds gone), at most.
 local RELEASE_LIMIT = 1000
+-- Of a rate limit's accrual, how much (ms) a claim may come late without its start being lost:
+-- the wake-up, the round trip. Less than a token, so a bucket never lets an extra start through.
+local LATENESS_MS = 2
 
 -- The flow control of this claim: the limits by scope, and their use, each read once.
 local fc = {
   held = KEYS[11], buckets = KEYS[12], running = KEYS[13], slots = KEYS[14], limits = {},
-  tokens = {}, in_use = {}, spent = {}, added = {}, slot_of = {}, wait = -1,
+  tokens = {}, in_use = {}, spent = {}, added = {}, slot_of = {}, wait = -1, thread_bound = false,
 }
 
 -- The task name of a stored message: it is written first (TaskMessage.to_json).
@@ -66,24 +71,34 @@ local function task_of(body)
   return nil
 end
 
--- The tokens in a scope's bucket now: refilled at r per p ms since its last use, up to b.
+-- The tokens in a scope's bucket now: refilled at r per p ms since its last use, up to b (and
+-- LATENESS_MS of accrual). A bucket unused, or unreadable, is full; one stamped later than now
+-- (the server's clock stepped back) refills from now.
 local function tokens(scope, lim)
   if fc.tokens[scope] == nil then
+    local cap = lim.b + math.min(0.5, LATENESS_MS * lim.r / lim.p)
     local left = lim.b
     local raw = redis.call('HGET', fc.buckets, scope)
-    if raw then
-      local stored, at = string.match(raw, '^([^:]+):([^:]+)$')
-      stored, at = tonumber(stored), tonumber(at)
-      if stored and at then left = math.min(lim.b, stored + math.max(0, now - at) * lim.r / lim.p) end
+    local stored, at = nil, nil
+    if raw then stored, at = string.match(raw, '^(%d+%.?%d*):(%d+)$') end
+    stored, at = tonumber(stored), tonumber(at)
+    if stored and at and stored <= cap then
+      if at > now then
+        at = now
+        fc.spent[scope] = true
+      end
+      left = math.min(cap, stored + (now - at) * lim.r / lim.p)
     end
     fc.tokens[scope] = left
   end
   return fc.tokens[scope]
 end
 
+-- The slots a scope's tasks hold (a count that is not one reads as none: the next take rewrites it).
 local function in_use(scope)
   if fc.in_use[scope] == nil then
-    fc.in_use[scope] = tonumber(redis.call('HGET', fc.running, scope) or '0') or 0
+    local raw = redis.call('HGET', fc.running, scope)
+    fc.in_use[scope] = (raw and string.match(raw, '^%d+$')) and tonumber(raw) or 0
   end
   return fc.in_use[scope]
 end
@@ -136,59 +151,80 @@ end
 
 -- Move held tasks back to their place in pending, for each type as many as its limits let start
 -- now (all, up to `most`, for a type no longer limited). An entry whose task is not held any more
--- (deleted by hand, or settled late) is dropped.
+-- (deleted by hand, or settled late), or that is not an entry, is dropped. A claim that runs out
+-- of budget asks to be followed by another at once (fc.wait = 0).
 local function release_held(most)
   local from, budget = '-', RELEASE_LIMIT
   while budget > 0 do
     local head = redis.call('ZRANGEBYLEX', fc.held, from, '+', 'LIMIT', 0, 1)[1]
     if not head then break end
-    local scope = string.match(head, '^(.-)%z')
-    local wanted, released = math.min(room(scope), most), 0
-    while released < wanted and budget > 0 do
-      local entries = redis.call('ZRANGEBYLEX', fc.held, '[' .. scope .. '\0', '(' .. scope .. '\1',
-        'LIMIT', 0, math.min(wanted - released, budget))
-      if #entries == 0 then break end
-      for _, entry in ipairs(entries) do
-        budget = budget - 1
-        redis.call('ZREM', fc.held, entry)
-        local score, id = string.match(entry, '%z(%d+)%z(.*)$')
-        if tonumber(redis.call('ZSCORE', pending, id)) == HELD_BASE + tonumber(score) then
-          redis.call('ZADD', pending, score, id)
-          released = released + 1
+    local scope = string.match(head, '^(.-)%z%d+%z.')
+    if not scope then
+      redis.call('ZREM', fc.held, head)
+      budget = budget - 1
+    else
+      local wanted, released = math.min(room(scope), most), 0
+      while released < wanted and budget > 0 do
+        local entries = redis.call('ZRANGEBYLEX', fc.held, '[' .. scope .. '\0', '(' .. scope .. '\1',
+          'LIMIT', 0, math.min(wanted - released, budget))
+        if #entries == 0 then break end
+        for _, entry in ipairs(entries) do
+          budget = budget - 1
+          redis.call('ZREM', fc.held, entry)
+          local score, id = string.match(string.sub(entry, #scope + 2), '^(%d+)%z(.+)$')
+          if score and tonumber(redis.call('ZSCORE', pending, id)) == HELD_BASE + tonumber(score) then
+            redis.call('ZADD', pending, score, id)
+            released = released + 1
+          end
         end
       end
+      from = '[' .. scope .. '\1'
     end
-    from = '[' .. scope .. '\1'
   end
+  if budget <= 0 then fc.wait = 0 end
 end
 
--- Pop up to `want` tasks that may start, holding back those their type's limits stop.
-local function pop_under_limits(want)
-  local ids, scanned, stop = {}, 0, false
+-- Take up to `want` tasks that may start, in pending order, holding back those their type's
+-- limits stop. Each chunk is read (ids, scores, messages) before anything is changed.
+local function take_under_limits(want)
+  local ids, scanned = {}, 0
   local queue_limited = type(fc.limits['*']) == 'table'
-  while not stop and #ids < want and scanned < SCAN_LIMIT + want do
-    local popped = redis.call('ZPOPMIN', pending, want - #ids)
-    if #popped == 0 then break end
-    local put_back = {}
-    for i = 1, #popped, 2 do
-      local id, score = popped[i], tonumber(popped[i + 1])
+  while #ids < want do
+    if scanned >= SCAN_LIMIT + want then
+      fc.wait = 0  -- a long run of held tasks: the rest of the queue at the next claim, at once
+      break
+    end
+    local chunk = redis.call('ZRANGE', pending, 0, want - #ids - 1, 'WITHSCORES')
+    if #chunk == 0 then break end
+    local chunk_ids = {}
+    for i = 1, #chunk, 2 do chunk_ids[#chunk_ids + 1] = chunk[i] end
+    local bodies = call_for_all('HMGET', msg, chunk_ids)
+    local taken, stop = {}, false
+    for k, id in ipairs(chunk_ids) do
+      local score = tonumber(chunk[2 * k])
+      if score >= HELD_BASE then
+        stop = true  -- only held tasks are left
+        break
+      end
       scanned = scanned + 1
-      local task = nil
-      if not stop and score < HELD_BASE then task = task_of(redis.call('HGET', msg, id)) end
+      local task = task_of(bodies[k])
       local limited = task and type(fc.limits[task]) == 'table'
-      if stop or score >= HELD_BASE or (limited and #ids >= start_now) then
-        -- Only held tasks are left, or a limited one would wait in the worker's memory.
-        stop = true
-        put_back[#put_back + 1], put_back[#put_back + 2] = score, id
-      elseif limited and room(task) < 1 then
+      if limited and room(task) < 1 then
         hold(task, score, id)
+      elseif limited and #ids >= start_now then
+        -- It could start, but only on a free thread: a limited task never waits in a worker's memory.
+        fc.thread_bound = true
+        stop = true
+        break
       else
         if limited then take(task, id) end
         if queue_limited then take('*', id) end
         ids[#ids + 1] = id
+        taken[#taken + 1] = id
       end
     end
-    if #put_back > 0 then call_for_all('ZADD', pending, put_back) end
+    if #taken > 0 then call_for_all('ZREM', pending, taken) end
+    if stop then break end
   end
   return ids
 end
@@ -224,12 +260,18 @@ else
   if wrong then return wrong end
   if ARGV[7] ~= '' then fc.limits = cjson.decode(ARGV[7]) end
   local want = limit
-  if type(fc.limits['*']) == 'table' then want = math.min(want, start_now, room('*')) end
+  if type(fc.limits['*']) == 'table' then
+    -- The queue's own limit: every task counts, and none waits in a worker's memory.
+    local allowed = math.min(limit, room('*'))
+    want = math.min(allowed, start_now)
+    fc.thread_bound = want < allowed
+  end
   if want > 0 then
     release_held(want)
-    ids = pop_under_limits(want)
+    ids = take_under_limits(want)
     save_use()
   end
+  if fc.thread_bound and claimable_count(pending) == 0 then fc.thread_bound = false end
 end
 
 local reply = {}
@@ -259,7 +301,8 @@ if #ids < limit and idle_for > 0 then
   redis.call('ZADD', idle, now + idle_for, worker)
 end
 if limited then
-  if fc.wait >= 0 and redis.call('ZCARD', pending) == 0 then fc.wait = -1 end
+  if fc.wait > 0 and redis.call('ZCARD', pending) == 0 then fc.wait = -1 end
   reply[#reply + 1] = fc.wait
+  reply[#reply + 1] = fc.thread_bound and 1 or 0
 end
 return reply
