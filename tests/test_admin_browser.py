@@ -27,6 +27,7 @@ from django_rtq.models import FinishedTask
 from django_rtq.operations import Operations
 from tests.conftest import wait_for
 from tests.test_broker import ids_in
+from tests.test_flow_control_settings import forget
 from tests.testapp import tasks as testapp_tasks
 
 # Playwright's sync API runs an event loop in this thread; Django refuses database access from a
@@ -275,6 +276,30 @@ def long_values(broker) -> dict[str, str]:
     return ids
 
 
+def test_flow_control_on_the_dashboard_and_a_held_tasks_page(page, live_server, broker, settings):
+    queue_limit = {"rate_limit": "100/m", "burst": 10, "max_concurrency": 5}
+    settings.RTQ = {**settings.RTQ, "QUEUE_LIMITS": {"default": queue_limit}}
+    limited = testapp_tasks.flow_two_at_once
+    ids = [limited.enqueue(f"screen-{n}").id for n in range(5)]
+    testapp_tasks.record.enqueue("screen")
+    running = broker.claim("default", worker_id="web-1:4242:1f2e3d4c", limit=10)
+    assert [task.id for task in running][:2] == ids[:2] and len(running) == 3  # and the `record`
+
+    page.goto(url(live_server, "/admin/django_rtq/livetask/"))
+    table = page.locator("[data-flow-queue='default']")
+    assert "whole queue" in table.inner_text()
+    row = table.locator(f"tr[data-scope='{limited.name}']")
+    assert "at most 2 running" in row.inner_text() and "2 of 2" in row.inner_text()
+    assert row.locator("a").inner_text() == "3"  # held back, linked to them
+    table.scroll_into_view_if_needed()
+    screenshot(page, "flow-control")
+
+    page.goto(url(live_server, f"/admin/django_rtq/livetask/task/{ids[2]}/?queue=default"))
+    reason = page.locator("#rtq-held-reason").inner_text()
+    assert reason.startswith(f"Held back by the limits of its type {limited.name} (at most 2 running)")
+    screenshot(page, "held-task")
+
+
 #: A limited task type with a long name (flow control: the dashboard's table, a held task's page).
 LONG_LIMITED_TYPE = "tests.wide." + "rate_limited_task_" * 12
 
@@ -298,7 +323,7 @@ def held_back_task(broker) -> Iterator[str]:
         assert started.id == messages[0].id
         yield messages[1].id
     finally:
-        registry._registry.pop(LONG_LIMITED_TYPE, None)
+        forget(LONG_LIMITED_TYPE)
 
 
 def overflow(page) -> int:
