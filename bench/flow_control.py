@@ -25,6 +25,7 @@ import time
 import uuid
 
 # bench/ is first on sys.path when this runs as a script
+from counting import most_at_once, most_starts_within
 from throughput import (
     DEFAULT_REDIS_URL,
     delete_keys,
@@ -78,25 +79,6 @@ def wait_for_runs(client, key: str, count: int) -> list[tuple[float, float]]:
         if time.monotonic() > deadline:
             raise RuntimeError(f"only {len(ends)} of {count} limited tasks ran within {DRAIN_TIMEOUT:.0f} s")
         time.sleep(0.2)
-
-
-def most_starts_within(starts: list[float], seconds: float) -> int:
-    """The most starts in any window [t, t + seconds)."""
-    most, first = 0, 0
-    for last, at in enumerate(starts):
-        while at - starts[first] >= seconds:
-            first += 1
-        most = max(most, last - first + 1)
-    return most
-
-
-def most_at_once(runs: list[tuple[float, float]]) -> int:
-    events = sorted([(start, 1) for start, _ in runs] + [(end, -1) for _, end in runs])
-    running = most = 0
-    for _, change in events:
-        running += change
-        most = max(most, running)
-    return most
 
 
 def bench_rate(args, client, key: str) -> None:

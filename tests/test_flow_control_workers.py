@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from bench.counting import most_at_once, most_starts_within
 from django_rtq import Operations, enqueue_many
 from django_rtq.broker import Broker
 from django_rtq.broker.inspect import Inspector
@@ -66,26 +67,6 @@ def ended(client, name: str, ids: int) -> list[Run] | None:
     """The runs of `name`, once runs of `ids` different tasks have ended; else None."""
     runs = runs_of(client, name)
     return runs if len({run.id for run in runs if run.end is not None}) >= ids else None
-
-
-def most_at_once(intervals: list[tuple[float, float]]) -> int:
-    """The most intervals that overlap at one instant (one that ends as another starts: not both)."""
-    events = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
-    running = most = 0
-    for _, change in events:
-        running += change
-        most = max(most, running)
-    return most
-
-
-def most_starts_within(starts: list[float], seconds: float) -> int:
-    """The most starts in any window [t, t + seconds)."""
-    starts, most, first = sorted(starts), 0, 0
-    for last, at in enumerate(starts):
-        while at - starts[first] >= seconds:
-            first += 1
-        most = max(most, last - first + 1)
-    return most
 
 
 def start_workers(
