@@ -229,5 +229,6 @@ def test_a_rate_limit_holds_on_the_cluster(
     assert len(runs) == 60
     assert most_starts_within(starts, 1.0) <= 10 + 1
     elapsed = max(run.end for run in runs) - starts[0]
-    assert 5.9 <= elapsed <= 8  # 59 intervals of 0.1 s
+    # 59 intervals of 0.1 s, less at most 2 ms the bucket keeps for a late claim, and timing jitter
+    assert 5.85 <= elapsed <= 8
     assert flow_use(cluster_broker.client, cluster_broker, QUEUE) == ({}, 0, 0)
