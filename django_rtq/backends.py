@@ -19,11 +19,11 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
+from . import outbox
 from .broker.inspect import TaskInfo
 from .broker.message import TaskMessage
 from .broker.states import TaskState
 from .conf import LIMIT_OPTIONS, get_settings, validate_queue_name
-from .connection import get_broker
 from .context import current_task
 from .exceptions import InvalidArguments, InvalidTask, TaskNotFound
 from .formats import django_datetime
@@ -55,8 +55,11 @@ STATUS_OF_STATE = {
     TaskState.WAITING: TaskResultStatus.RUNNING,  # a workflow, waiting for its children
 }
 
-#: Keys of a backend's OPTIONS: defaults for its tasks, over RTQ's own.
+#: Keys of a backend's OPTIONS that are defaults for its tasks, over RTQ's own.
 BACKEND_OPTIONS = {"MAX_RETRIES": "max_retries", "TIMEOUT": "timeout", "RETENTION": "retention"}
+#: The backend's other OPTIONS: "OUTBOX": True sends a task enqueued in a transaction after the
+#: commit, through the transactional outbox (django_rtq/outbox.py).
+BACKEND_SWITCHES = ("OUTBOX",)
 #: `django.tasks` has no retries: unless a task or the backend's OPTIONS say otherwise, none.
 DEFAULT_MAX_RETRIES = 0
 #: Tasks whose task type a backend keeps once validated (more are rare: then it starts over).
@@ -113,14 +116,23 @@ class RTQBackend(BaseTaskBackend):
         super().__init__(alias, params)
         for queue in self.queues:
             validate_queue_name(queue)
-        unknown = sorted(set(self.options) - set(BACKEND_OPTIONS))
+        known = (*BACKEND_OPTIONS, *BACKEND_SWITCHES)
+        unknown = sorted(set(self.options) - set(known))
         if unknown:
             raise ImproperlyConfigured(
                 f"Unknown OPTIONS for the tasks backend {alias!r}: {', '.join(unknown)}. "
-                f"Known: {', '.join(BACKEND_OPTIONS)}."
+                f"Known: {', '.join(known)}."
+            )
+        self.outbox = self.options.get("OUTBOX", False)
+        if not isinstance(self.outbox, bool):
+            raise ImproperlyConfigured(
+                f"OPTIONS['OUTBOX'] of the tasks backend {alias!r} must be True or False, "
+                f"not {self.outbox!r}."
             )
         self.task_defaults = {"max_retries": DEFAULT_MAX_RETRIES}
-        self.task_defaults.update({BACKEND_OPTIONS[key]: value for key, value in self.options.items()})
+        self.task_defaults.update(
+            {BACKEND_OPTIONS[key]: value for key, value in self.options.items() if key in BACKEND_OPTIONS}
+        )
         # Tasks and backends are immutable: a task validated once stays valid, and its task
         # type is the same every time. Kept per task, up to KNOWN_TASKS of them.
         self._known_task_types: dict[Task, TaskType] = {}
@@ -153,7 +165,10 @@ class RTQBackend(BaseTaskBackend):
             raise  # a TypeError, as calling the function with them would raise
         except InvalidTask as exc:
             raise DjangoInvalidTask(str(exc)) from exc
-        get_broker().enqueue([message])
+        if self.outbox:
+            outbox.enqueue_on_commit([message], announce=_nothing_to_announce)
+        else:
+            outbox.enqueue([message], announce=_nothing_to_announce)
         result = TaskResult(
             task=task,
             id=message.id,
@@ -176,12 +191,32 @@ class RTQBackend(BaseTaskBackend):
         try:
             found = Operations().find_task(result_id)
         except TaskNotFound:
-            raise TaskResultDoesNotExist(result_id) from None
+            return self._result_from_outbox(result_id)
         if isinstance(found, FinishedTask):
             return self._result_from_row(found)
         if found.message is None:
             raise TaskResultDoesNotExist(f"Task {result_id!r} has a message that cannot be read.")
         return self._result_from_live(found, found.message)
+
+    def _result_from_outbox(self, result_id: str) -> TaskResult:
+        """A task stored in the outbox, not in Redis yet (Redis was away at the commit)."""
+        row = Operations().outbox_tasks().filter(task_id=result_id).first()
+        if row is None:
+            raise TaskResultDoesNotExist(result_id)
+        try:
+            message = TaskMessage.from_json(row.message, id=row.task_id, queue=row.queue)
+        except ValueError:
+            raise TaskResultDoesNotExist(f"Task {result_id!r} has a message that cannot be read.") from None
+        return self._result(
+            result_id,
+            task_name=message.task,
+            status=TaskResultStatus.READY,
+            args=message.args,
+            kwargs=message.kwargs,
+            enqueued_at=message.enqueued_at,
+            info={},
+            workers=[],
+        )
 
     def _result_from_live(self, live: TaskInfo, message: TaskMessage) -> TaskResult:
         info = dict(live.info)
@@ -266,6 +301,10 @@ class RTQBackend(BaseTaskBackend):
         if status == TaskResultStatus.SUCCESSFUL:
             object.__setattr__(result, "_return_value", return_value)
         return result
+
+
+def _nothing_to_announce(messages: Any) -> None:
+    """Django's `task_enqueued` is sent for the backend's tasks (by `enqueue`), not django-rtq's."""
 
 
 def _task_type(task: Task) -> TaskType:

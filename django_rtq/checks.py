@@ -13,6 +13,7 @@ from typing import Any
 from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError, connections
 
 from .conf import RTQSettings, get_settings, rtq_task_backends, validate_queue_name
 from .connection import redis_target
@@ -197,6 +198,39 @@ def check_tasks_api_installed(app_configs: Any = None, **kwargs: Any) -> list[ch
             'pip install "django-rtq[tasks-backport]"',
             obj="settings.TASKS",
             id="django_rtq.E005",
+        )
+    ]
+
+
+@checks.register(TAG, checks.Tags.database)
+def check_outbox_table(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """W008 (with databases: `check --database default`, `migrate`): the transactional outbox's
+    table is missing from RTQ["OUTBOX_DATABASE"], so enqueue_on_commit() would fail."""
+    conf = _settings()
+    if conf is None or not (conf.OUTBOX or conf.OUTBOX_FALLBACK):
+        return []
+    if conf.OUTBOX_DATABASE not in (databases or ()):
+        return []
+    from .models import OutboxTask
+
+    connection = connections[conf.OUTBOX_DATABASE]
+    try:
+        with connection.cursor() as cursor:
+            tables = connection.introspection.table_names(cursor)
+    except DatabaseError:
+        return []  # the database's own errors tell why
+    table = OutboxTask._meta.db_table
+    if table in tables:
+        return []
+    return [
+        checks.Warning(
+            f"The transactional outbox's table {table!r} is missing from the database "
+            f"{conf.OUTBOX_DATABASE!r}: enqueue_on_commit() fails until it exists.",
+            hint="Run `manage.py migrate django_rtq`, or set RTQ['OUTBOX'] = False (docs/reliability.md).",
+            obj="settings.RTQ",
+            id="django_rtq.W008",
         )
     ]
 

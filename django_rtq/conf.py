@@ -43,6 +43,8 @@ DEFAULT_MIRROR_BATCH_SIZE = 500
 DEFAULT_MIRROR_MAX_AGE_SECONDS = 30 * 24 * 3600.0  # rows older than this are pruned by rtq_prune
 DEFAULT_SCHEDULER_INTERVAL_SECONDS = 1.0
 DEFAULT_COMMAND_INTERVAL_SECONDS = 0.5  # how often a worker looks for workflow commands left over
+DEFAULT_OUTBOX_RELAY_AFTER_SECONDS = 5.0  # a row older than this is the relay's to send
+DEFAULT_OUTBOX_RELAY_INTERVAL_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -105,6 +107,15 @@ class RTQSettings:
     API_AUTHENTICATION_CLASSES: list[str] | None = None
     API_PERMISSION_CLASSES: list[str] | None = None
     API_PAGE_SIZE: int = 50
+    # the transactional outbox (docs/reliability.md): enqueue_on_commit() stores its task in the
+    # transaction, sends it after the commit, and workers relay what that send could not deliver
+    OUTBOX: bool = True
+    # plain enqueue() stores its tasks in the outbox, instead of raising, while Redis is away
+    OUTBOX_FALLBACK: bool = False
+    # the database the outbox's rows go to: the one your own writes go to
+    OUTBOX_DATABASE: str = "default"
+    OUTBOX_RELAY_AFTER: float = DEFAULT_OUTBOX_RELAY_AFTER_SECONDS
+    OUTBOX_RELAY_INTERVAL: float = DEFAULT_OUTBOX_RELAY_INTERVAL_SECONDS
 
 
 @functools.cache

@@ -72,3 +72,33 @@ class LiveTask(models.Model):
         permissions = [("enqueue_task", _("Can enqueue tasks through the API"))]
         verbose_name = _("live task")
         verbose_name_plural = _("live tasks")
+
+
+class OutboxTask(models.Model):
+    """A task waiting to be sent to Redis: stored in the transaction that enqueued it, so it
+    commits or rolls back with the caller's own writes (see `django_rtq.outbox`).
+
+    The row is deleted once its task is in Redis: by the process that committed, at once, or
+    by a worker's relay if that send failed. Sending a row twice never makes a second task.
+    """
+
+    task_id = models.CharField(_("task id"), max_length=255, db_index=True)
+    task_name = models.CharField(_("task"), max_length=255)
+    queue = models.CharField(_("queue"), max_length=255)
+    message = models.TextField(_("message"))  # the message's JSON, as Redis stores it
+    created_at = models.DateTimeField(_("created at"))
+    # A relay leaves the row alone until then: when it becomes the relay's to send, while a
+    # relay sends it (a lease), or before the next try after an error.
+    next_attempt_at = models.DateTimeField(_("next attempt at"))
+    lease = models.CharField(_("lease"), max_length=32, blank=True)  # the relay pass sending it
+    attempts = models.PositiveIntegerField(_("failed attempts"), default=0)
+    last_error = models.TextField(_("last error"), blank=True)
+
+    class Meta:
+        verbose_name = _("outbox task")
+        verbose_name_plural = _("outbox tasks")
+        ordering = ["pk"]
+        indexes = [models.Index(fields=["next_attempt_at"], name="rtq_outbox_due")]
+
+    def __str__(self) -> str:
+        return f"{self.task_name} {self.task_id} (outbox)"

@@ -34,7 +34,8 @@ from .exceptions import BulkJobNotFound, InvalidStateTransition, QueueNotFound, 
 from .flow_control import project_limits
 from .formats import format_duration, plural
 from .mirror import row_from_record
-from .models import FinishedTask
+from .models import FinishedTask, OutboxTask
+from .outbox import OutboxStats, outbox_stats
 from .periodic import Schedule, get_schedules
 from .permissions import CHANGE_LIVE, ENQUEUE, VIEW_HISTORY, VIEW_LIVE, has_permission
 from .registry import TaskType, registered_tasks
@@ -299,6 +300,17 @@ class Operations:
         """The ORM mirror of finished tasks, in its database."""
         self.require(VIEW_HISTORY)
         return FinishedTask.objects.using(get_settings().MIRROR_DATABASE).all()
+
+    # The transactional outbox (django_rtq/outbox.py): its tasks are live ones not in Redis yet.
+    def outbox_stats(self) -> OutboxStats:
+        """How many tasks wait in the outbox, and since when."""
+        self.require(VIEW_LIVE)
+        return outbox_stats()
+
+    def outbox_tasks(self) -> QuerySet[OutboxTask]:
+        """The tasks waiting in the outbox, oldest first, in its database."""
+        self.require(VIEW_LIVE)
+        return OutboxTask.objects.using(get_settings().OUTBOX_DATABASE).order_by("pk")
 
     def locate(self, task_ids: Sequence[str], queue: str | None = None) -> list[TaskRef]:
         """Where each of these live tasks is (ids found nowhere are left out), in the given order."""

@@ -17,14 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 from croniter import croniter
 from django.core.exceptions import ImproperlyConfigured
-from django.db import transaction
 from django.utils.module_loading import import_string
 
-from . import signals
+from . import outbox, signals
 from .broker.limits import QUEUE_SCOPE, Limit, make_limit
 from .broker.message import MAX_PRIORITY, MIN_PRIORITY, TaskMessage
 from .conf import LIMIT_OPTIONS, get_settings, validate_queue_name
-from .connection import get_broker
 from .exceptions import InvalidArguments, InvalidTask
 from .queue_names import note_task_queue, warn_if_unnamed
 from .retry import Backoff, resolve_backoff
@@ -119,14 +117,15 @@ class TaskType:
     def enqueue(self, *args: Any, **kwargs: Any) -> TaskMessage:
         """Enqueue a call of this task; return its message (`.id` identifies it)."""
         message = self.prepare(*args, **kwargs)
-        get_broker().enqueue([message])
-        announce_enqueued([message])
+        outbox.enqueue([message], announce=announce_enqueued)
         return message
 
     def enqueue_on_commit(self, *args: Any, **kwargs: Any) -> TaskMessage:
-        """Enqueue once the current database transaction commits (at once outside one)."""
+        """Enqueue once the current database transaction commits (at once outside one). The
+        task is stored in the transaction meanwhile, so that it is sent even if Redis is away
+        at the commit (the transactional outbox: django_rtq/outbox.py)."""
         message = self.prepare(*args, **kwargs)
-        transaction.on_commit(lambda: enqueue_many([message]))
+        outbox.enqueue_on_commit([message], announce=announce_enqueued)
         return message
 
 
@@ -151,8 +150,7 @@ def _make_step(
 def enqueue_many(messages: Iterable[TaskMessage]) -> list[TaskMessage]:
     """Enqueue prepared messages in one round trip (`my_task.prepare(...)` makes them)."""
     messages = list(messages)
-    get_broker().enqueue(messages)
-    announce_enqueued(messages)
+    outbox.enqueue(messages, announce=announce_enqueued)
     return messages
 
 

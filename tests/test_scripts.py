@@ -117,6 +117,10 @@ def exercise_every_operation(broker: Broker, clock: FakeClock) -> None:
         job = bulk.start(broker, BILLING, action, [state])
         assert bulk.carry_on(broker, BILLING, job.id, budget=10).finished
     make_tasks(broker, TaskState.COMPLETED, SEARCH)
+    # the outbox: tasks of two queues, one with a lock, and one sent before
+    outboxed = [message(EMAILS, unique_key="outbox-lock", unique_ttl=60), message(BILLING)]
+    broker.send_outboxed(outboxed)
+    broker.send_outboxed(outboxed[:1] + [message(BILLING)])
     exercise_workflows(broker, clock)
 
 
@@ -214,6 +218,7 @@ def test_some_calls_carry_uniqueness_locks(recorded: list[Call]):
     assert with_locks == {
         "enqueue",
         "enqueue_periodic",
+        "outbox_send",
         "complete",
         "fail",
         "recover",

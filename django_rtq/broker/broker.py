@@ -28,6 +28,8 @@ logger = logging.getLogger(__name__)
 
 #: Tasks sent in one enqueue script call; a bulk enqueue is atomic per chunk.
 ENQUEUE_CHUNK = 1000
+#: What `send_outboxed` reports of each task (outbox_send.lua's codes).
+OUTBOX_SENT, OUTBOX_SENT_BEFORE, OUTBOX_DROPPED = 0, 1, 2
 #: Tasks a bounded script (forward, trim) moves per call.
 BATCH_LIMIT = 100
 #: Seconds a per-day counter is kept.
@@ -111,9 +113,18 @@ def translate_errors() -> Iterator[None]:
     except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ClusterError) as exc:
         raise BrokerUnavailable(f"Redis is unreachable: {exc}") from exc
     except redis.ResponseError as exc:
-        if str(exc).startswith(TRANSIENT_REPLIES) or isinstance(exc, redis.exceptions.ClusterDownError):
+        if passes_by_itself(exc):
             raise BrokerUnavailable(f"Redis cannot take the command now: {exc}") from exc
         raise
+
+
+def passes_by_itself(exc: Exception) -> bool:
+    """Whether a redis-py error is one that `translate_errors` makes BrokerUnavailable."""
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError | redis.exceptions.ClusterError):
+        return True
+    return isinstance(exc, redis.ResponseError) and (
+        str(exc).startswith(TRANSIENT_REPLIES) or isinstance(exc, redis.exceptions.ClusterDownError)
+    )
 
 
 class Broker:
@@ -208,6 +219,29 @@ class Broker:
                     raise result
         return results
 
+    def _run_each(self, calls: Sequence[tuple[str, Sequence[str], Sequence[Any]]]) -> list[Any]:
+        """Run several scripts in one round trip; a call's error is its reply, not raised, but
+        for errors that mean Redis is away (BrokerUnavailable)."""
+        if not calls:
+            return []
+        with translate_errors():
+            pipe = self.client.pipeline(transaction=False)
+            for name, keys, args in calls:
+                pipe.execute_command("EVALSHA", self.scripts[name].sha, len(keys), *keys, *args)
+            results = pipe.execute(raise_on_error=False)
+            for i, result in enumerate(results):
+                if isinstance(result, redis.exceptions.NoScriptError):
+                    name, keys, args = calls[i]
+                    try:
+                        results[i] = self.client.eval(self.scripts[name].source, len(keys), *keys, *args)
+                    except redis.ResponseError as exc:
+                        results[i] = exc
+        for result in results:
+            if isinstance(result, Exception) and passes_by_itself(result):
+                with translate_errors():
+                    raise result
+        return results
+
     def queue(self, name: str) -> QueueKeys:
         return self.keys.queue(name)
 
@@ -275,6 +309,67 @@ class Broker:
             self.register_queues((message.queue,))
         if code:
             raise _enqueue_refused(code, message)
+
+    def send_outboxed(self, messages: Sequence[TaskMessage]) -> list[int | Exception]:
+        """Send tasks from the transactional outbox, in one round trip; each one stands alone.
+
+        Return one outcome per message, in order: OUTBOX_SENT; OUTBOX_SENT_BEFORE (its id exists,
+        or the outbox sent it before: nothing written); OUTBOX_DROPPED (its uniqueness lock is
+        held); or the error of the script call that carried it (wrong-typed keys, say). Raises
+        BrokerUnavailable if Redis is away: then some chunks may be written and others not, and
+        sending them all again is safe.
+        """
+        by_queue: dict[str, list[int]] = defaultdict(list)
+        for index, message in enumerate(messages):
+            by_queue[message.queue].append(index)
+        calls: list[tuple[str, Sequence[str], Sequence[Any]]] = []
+        chunks: list[list[int]] = []
+        clock_arg = self.clock_arg()
+        limits = self.limits()
+        for queue, indexes in by_queue.items():
+            qk = self.queue(queue)
+            handoff = qk.handoff_prefix
+            if limits and any(limits.holds(queue, messages[i].task) for i in indexes):
+                handoff = ""
+            head = [clock_arg, qk.wake_channel, handoff, self.lease_ms]
+            for start in range(0, len(indexes), ENQUEUE_CHUNK):
+                chunk = indexes[start : start + ENQUEUE_CHUNK]
+                keys = [*qk.enqueue_keys, qk.outboxed]
+                args = head.copy()
+                for i in chunk:
+                    unique_index = 0
+                    if messages[i].unique_key:
+                        keys.append(qk.unique(messages[i].unique_key))
+                        unique_index = len(keys)
+                    args += _enqueue_args(messages[i], unique_index)
+                calls.append(("outbox_send", keys, args))
+                chunks.append(chunk)
+        outcomes: list[int | Exception] = [0] * len(messages)
+        for chunk, reply in zip(chunks, self._run_each(calls), strict=True):
+            for position, i in enumerate(chunk):
+                outcomes[i] = reply if isinstance(reply, Exception) else int(reply[position])
+        self.register_queues(by_queue)
+        return outcomes
+
+    def outboxed_before(self, queues: Iterable[str], before_ms: int, *, limit: int) -> dict[str, list[str]]:
+        """The ids each queue's `outboxed` set has held since before `before_ms` (up to `limit`
+        per queue), for the relay to forget those whose outbox rows are gone."""
+        queues = list(queues)
+        with translate_errors():
+            pipe = self.client.pipeline(transaction=False)
+            for queue in queues:
+                pipe.zrangebyscore(self.queue(queue).outboxed, "-inf", f"({before_ms}", start=0, num=limit)
+            replies = pipe.execute(raise_on_error=False)
+        # A queue whose key is of the wrong type has nothing to forget: its sends report it.
+        found = zip(queues, replies, strict=True)
+        return {queue: ids for queue, ids in found if isinstance(ids, list) and ids}
+
+    def forget_outboxed(self, ids_by_queue: dict[str, Sequence[str]]) -> None:
+        with translate_errors():
+            pipe = self.client.pipeline(transaction=False)
+            for queue, ids in ids_by_queue.items():
+                pipe.zrem(self.queue(queue).outboxed, *ids)
+            pipe.execute(raise_on_error=False)
 
     def enqueue_periodic(self, message: TaskMessage, *, schedule: str, tick_ms: int) -> str:
         """Enqueue the task of one tick of a periodic schedule, once however many workers ask.

@@ -152,6 +152,11 @@ class QueueKeys:
     def slots(self) -> str:  # HASH id -> the scopes an active task holds a slot in, "\n"-joined
         return self.prefix + "slots"
 
+    # The transactional outbox (django_rtq/outbox.py)
+    @property
+    def outboxed(self) -> str:  # ZSET id -> when (ms) the outbox first sent it: a re-send is a no-op
+        return self.prefix + "outboxed"
+
     def bulk_lock(self, job_id: str) -> str:  # STRING held by whoever is carrying a bulk job on
         return f"{self.prefix}bulk_lock:{job_id}"
 

@@ -1,4 +1,5 @@
-"""The one seam every enqueue goes through, `Broker.enqueue`, and who intercepts it now."""
+"""The seam every enqueue goes through, `Broker.enqueue` (and `Broker.send_outboxed` for the
+outbox's tasks), and who intercepts it now."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from ..broker import Broker
+from ..broker.broker import OUTBOX_SENT
 from ..broker.message import TaskMessage
 
 #: What an interceptor receives instead of Redis: the messages of one enqueue call.
@@ -15,6 +17,7 @@ Interceptor = Callable[[list[TaskMessage]], None]
 _lock = threading.RLock()
 _interceptors: list[Interceptor] = []
 _original_enqueue = Broker.enqueue
+_original_send_outboxed = Broker.send_outboxed
 
 
 def _intercepted_enqueue(self: Broker, messages: Sequence[TaskMessage]) -> None:
@@ -26,17 +29,27 @@ def _intercepted_enqueue(self: Broker, messages: Sequence[TaskMessage]) -> None:
         interceptor(list(messages))
 
 
+def _intercepted_send_outboxed(self: Broker, messages: Sequence[TaskMessage]) -> list[int | Exception]:
+    with _lock:
+        interceptor = _interceptors[-1] if _interceptors else None
+    if interceptor is None:
+        return _original_send_outboxed(self, messages)
+    interceptor(list(messages))
+    return [OUTBOX_SENT] * len(messages)
+
+
 @contextmanager
 def intercept_enqueues(interceptor: Interceptor) -> Iterator[None]:
     """Hand every enqueue (of any broker, from any thread) to `interceptor` instead of Redis.
 
-    `TaskType.enqueue`, `enqueue_many`, `enqueue_on_commit` (once the transaction commits) and
-    the `django.tasks` backend all send their messages through `Broker.enqueue`. Interceptors
-    nest: the innermost one gets the messages.
+    `TaskType.enqueue`, `enqueue_many`, `enqueue_on_commit` (once the transaction commits,
+    through `Broker.send_outboxed`) and the `django.tasks` backend all send their messages
+    through this seam. Interceptors nest: the innermost one gets the messages.
     """
     with _lock:
         if not _interceptors:
             Broker.enqueue = _intercepted_enqueue  # type: ignore[method-assign]
+            Broker.send_outboxed = _intercepted_send_outboxed  # type: ignore[method-assign]
         _interceptors.append(interceptor)
     try:
         yield
@@ -45,6 +58,7 @@ def intercept_enqueues(interceptor: Interceptor) -> Iterator[None]:
             _interceptors.remove(interceptor)
             if not _interceptors:
                 Broker.enqueue = _original_enqueue  # type: ignore[method-assign]
+                Broker.send_outboxed = _original_send_outboxed  # type: ignore[method-assign]
 
 
 def is_intercepting() -> bool:

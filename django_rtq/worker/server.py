@@ -28,6 +28,7 @@ from .janitor import Janitor
 from .mirrorer import Mirrorer
 from .processor import Processor
 from .recoverer import Recoverer
+from .relay import Relay
 from .scheduler import Scheduler
 from .subscriber import Subscriber
 from .syncer import Syncer
@@ -48,7 +49,8 @@ class Worker:
     `run()` blocks until SIGTERM or SIGINT (or, with `burst`, until the queues are drained, or
     Redis has been unreachable for `give_up_after` seconds), then shuts down gracefully:
     unfinished tasks go back to pending. A worker that is not a burst one waits for Redis as
-    long as it takes.
+    long as it takes. `relay` says whether it relays the outbox (by default, when the settings
+    use it).
     """
 
     def __init__(
@@ -62,6 +64,7 @@ class Worker:
         give_up_after: float | None = None,
         broker: Broker | None = None,
         settings: RTQSettings | None = None,
+        relay: bool | None = None,
     ) -> None:
         conf = settings or get_settings()
         self.conf = conf
@@ -126,6 +129,13 @@ class Worker:
             if self.broker.mirror
             else None
         )
+        if relay is None:
+            relay = conf.OUTBOX or conf.OUTBOX_FALLBACK
+        self.relay = (
+            Relay(broker=self.broker, interval=conf.OUTBOX_RELAY_INTERVAL, using=conf.OUTBOX_DATABASE)
+            if relay
+            else None
+        )
         self.commander = Commander(broker=self.broker, queues=names, interval=conf.COMMAND_INTERVAL)
         self.processor.on_commands = self.commander.wake
         self.healthchecker = Healthchecker(
@@ -155,6 +165,7 @@ class Worker:
                 self.janitor,
                 self.bulk_runner,
                 self.mirrorer,
+                self.relay,
                 self.commander,
             )
             if component is not None
@@ -211,6 +222,7 @@ class Worker:
             self.janitor,
             self.bulk_runner,
             self.mirrorer,
+            self.relay,
             self.commander,
             self.healthchecker,
             self.syncer,

@@ -1,0 +1,58 @@
+-- Send tasks from the transactional outbox into one queue. Unlike enqueue, each task stands
+-- alone, for a row may be sent more than once (its sender died before deleting it, say): a task
+-- whose id exists, or that the outbox sent before (its id is in `outboxed`), is not written
+-- again; one whose uniqueness lock is held is dropped, as an enqueue would refuse it. Every task
+-- is then in `outboxed`, so that a later send of its row is a no-op even once the task has
+-- finished and left the queue; the relay forgets the ids whose rows are gone.
+--
+-- KEYS[1] -> rtq:{<queue>}:msg
+-- KEYS[2] -> rtq:{<queue>}:state
+-- KEYS[3] -> rtq:{<queue>}:priority
+-- KEYS[4] -> rtq:{<queue>}:pending
+-- KEYS[5] -> rtq:{<queue>}:scheduled
+-- KEYS[6] -> rtq:{<queue>}:seq
+-- KEYS[7] -> rtq:{<queue>}:active
+-- KEYS[8] -> rtq:{<queue>}:owner
+-- KEYS[9] -> rtq:{<queue>}:idle
+-- KEYS[10] -> rtq:{<queue>}:paused
+-- KEYS[11] -> rtq:{<queue>}:runs
+-- KEYS[12] -> rtq:{<queue>}:outboxed
+-- KEYS[13..] -> rtq:{<queue>}:unique:<key>, one per task that has a unique key
+-- ARGV[1] -> now (ms; 0 = the server's clock)
+-- ARGV[2] -> wake channel
+-- ARGV[3] -> hand-off channel prefix ("" = hand nothing to idle workers)
+-- ARGV[4] -> lease (ms) of a task handed to a worker
+-- ARGV[5..] -> six per task, as enqueue.lua takes them
+--
+-- Returns one code per task: 0 written; 1 sent before (its id exists, or is in `outboxed`);
+-- 2 dropped (its uniqueness lock is held).
+local q = enqueue_context(KEYS[11])
+local outboxed = KEYS[12]
+local FIRST, FIELDS = 5, 6
+local kind = redis.call('TYPE', outboxed)['ok']
+if kind ~= 'zset' and kind ~= 'none' then
+  return redis.error_reply('outbox: key ' .. outboxed .. ' is a ' .. kind .. ', not a sorted set')
+end
+
+local pending_before = claimable_count(q.pending)
+q.pending_size = pending_before
+local codes, seen = {}, {}
+for i = FIRST, #ARGV, FIELDS do
+  local id = ARGV[i]
+  local code = 0
+  if seen[id] or redis.call('ZSCORE', outboxed, id) or redis.call('HEXISTS', q.state, id) == 1 then
+    code = 1
+  end
+  local unique_index = tonumber(ARGV[i + 4])
+  local lock = nil
+  if unique_index > 0 then lock = KEYS[unique_index] end
+  if code == 0 and lock and redis.call('EXISTS', lock) == 1 then code = 2 end
+  if code == 0 then
+    add_task(q, id, ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), lock, tonumber(ARGV[i + 5]))
+  end
+  if not seen[id] then redis.call('ZADD', outboxed, 'NX', q.now, id) end
+  seen[id] = true
+  codes[#codes + 1] = code
+end
+wake(q.pending, q.channel, pending_before, q.pending_size)
+return codes

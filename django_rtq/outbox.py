@@ -1,0 +1,320 @@
+"""The transactional outbox: a task enqueued in a transaction is stored in it, sent to Redis
+after the commit, and relayed by a worker if that send fails: never lost, never made twice.
+
+A task of `enqueue_on_commit()` becomes an `OutboxTask` row in the caller's transaction, so it
+commits or rolls back with the caller's own writes. Once the transaction commits, the row's task
+is sent at once and the row deleted. If Redis is away then, the row stays, and a worker's relay
+(`worker/relay.py`) sends it once Redis is back. Sending a row twice is harmless: the queue
+keeps the ids the outbox sent (`outboxed`) until their rows are gone, and a task whose id is
+there, or live in the queue, is not written again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from django.db import DatabaseError, connections, transaction
+from django.db.models import Count, Min, Q
+from django.utils import timezone
+
+from .broker import Broker
+from .broker.broker import OUTBOX_DROPPED, OUTBOX_SENT
+from .broker.message import TaskMessage
+from .conf import get_settings
+from .connection import get_broker
+from .exceptions import BrokerUnavailable
+
+if TYPE_CHECKING:
+    from .models import OutboxTask
+
+logger = logging.getLogger(__name__)
+
+#: Seconds a process that found Redis away leaves its new rows to the relay, rather than have
+#: every request wait out the Redis client's retries again.
+PAUSE_AFTER_OUTAGE = 5.0
+#: Rows a relay pass takes at once.
+RELAY_BATCH = 500
+#: Seconds a relay holds the rows it is sending: if it dies, another takes them after this.
+LEASE_SECONDS = 15.0
+#: Longest wait (seconds) before a row whose task could not be sent is tried again.
+MAX_RETRY_SECONDS = 300.0
+#: Seconds the queue keeps an id the outbox sent once its row is gone. A row is stored before
+#: its task is sent, so this only needs to outlast a transaction still open when its task was
+#: sent: that of `OUTBOX_FALLBACK` around an enqueue whose reply was lost.
+FORGET_AFTER_SECONDS = 60.0
+#: Ids a relay pass looks at per queue when forgetting sent ids.
+FORGET_BATCH = 500
+
+#: Sends `task_enqueued` for the tasks sent (the registry's `announce_enqueued`).
+Announce = Callable[[Sequence[TaskMessage]], None]
+
+_paused_until = 0.0  # time.monotonic() until which this process sends nothing from the outbox
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxStats:
+    """How many tasks wait in the outbox, since when, and how many of them failed to send."""
+
+    waiting: int
+    oldest: datetime | None  # when the oldest waiting task was stored
+    failing: int  # tasks that a relay tried to send and could not (see their last_error)
+
+    def age_seconds(self, now: datetime | None = None) -> float | None:
+        """Seconds the oldest task has waited, or None when the outbox is empty."""
+        if self.oldest is None:
+            return None
+        return max(0.0, ((now or timezone.now()) - self.oldest).total_seconds())
+
+
+def enqueue_on_commit(messages: Sequence[TaskMessage], *, announce: Announce) -> None:
+    """Send `messages` once the current transaction commits; store them in it meanwhile.
+
+    The transaction is that of `RTQ["OUTBOX_DATABASE"]`. Outside one, they are sent at once,
+    and kept in the outbox if Redis is away. With `RTQ["OUTBOX"] = False`, they are sent after
+    the commit without being stored (lost if Redis is away then).
+    """
+    conf = get_settings()
+    using = conf.OUTBOX_DATABASE
+    if not conf.OUTBOX:
+        transaction.on_commit(lambda: _send_or_raise(messages, announce), using=using)
+    elif not connections[using].in_atomic_block:
+        send_or_keep(messages, announce=announce)
+    else:
+        pks = store(messages, using=using)
+        transaction.on_commit(lambda: send_stored(messages, pks, announce=announce, using=using), using=using)
+
+
+def enqueue(messages: Sequence[TaskMessage], *, announce: Announce) -> None:
+    """Send `messages` now. If Redis is away, raise BrokerUnavailable; or, with
+    `RTQ["OUTBOX_FALLBACK"]`, keep them in the outbox (in the current transaction, if any)."""
+    if get_settings().OUTBOX_FALLBACK:
+        send_or_keep(messages, announce=announce)
+    else:
+        _send_or_raise(messages, announce)
+
+
+def _send_or_raise(messages: Sequence[TaskMessage], announce: Announce) -> None:
+    get_broker().enqueue(messages)
+    announce(messages)
+
+
+def send_or_keep(messages: Sequence[TaskMessage], *, announce: Announce) -> None:
+    """Send `messages` now, or keep them in the outbox if Redis is away (or was moments ago).
+    Raise BrokerUnavailable only if they cannot be stored either."""
+    if not _paused():
+        try:
+            get_broker().enqueue(messages)
+        except BrokerUnavailable as exc:
+            _pause(exc)
+        else:
+            announce(messages)
+            return
+    using = get_settings().OUTBOX_DATABASE
+    try:
+        store(messages, using=using)
+    except DatabaseError as exc:
+        raise BrokerUnavailable(
+            f"Redis is unreachable and the outbox could not store {len(messages)} task(s): {exc}"
+        ) from exc
+    logger.info("%d task(s) kept in the outbox while Redis is unreachable", len(messages))
+
+
+def store(messages: Sequence[TaskMessage], *, using: str) -> list[int]:
+    """Write `messages` as outbox rows (in the current transaction, if any); return their pks."""
+    from .models import OutboxTask
+
+    now = timezone.now()
+    due = now + timedelta(seconds=get_settings().OUTBOX_RELAY_AFTER)
+    rows = [
+        OutboxTask(
+            task_id=message.id,
+            task_name=message.task[:255],
+            queue=message.queue,
+            message=message.to_json(),
+            created_at=now,
+            next_attempt_at=due,
+        )
+        for message in messages
+    ]
+    if len(rows) > 1 and connections[using].features.can_return_rows_from_bulk_insert:
+        OutboxTask.objects.using(using).bulk_create(rows)
+    else:
+        for row in rows:
+            row.save(using=using, force_insert=True)
+    return [row.pk for row in rows]
+
+
+def send_stored(
+    messages: Sequence[TaskMessage], pks: Sequence[int], *, announce: Announce, using: str
+) -> None:
+    """After the commit: send the stored `messages`, then delete their rows `pks`. Raises
+    nothing: the transaction has committed, and a row left behind is the relay's to send."""
+    if _paused():
+        return
+    try:
+        outcomes = get_broker().send_outboxed(messages)
+    except BrokerUnavailable as exc:
+        _pause(exc)
+        return
+    except Exception:
+        logger.exception("could not send %d task(s) from the outbox; a worker will retry", len(messages))
+        return
+    done = [pk for pk, outcome in zip(pks, outcomes, strict=True) if not isinstance(outcome, Exception)]
+    _report_dropped(messages, outcomes)
+    try:
+        announce([m for m, outcome in zip(messages, outcomes, strict=True) if outcome == OUTBOX_SENT])
+    except Exception:
+        logger.exception("a task_enqueued receiver failed")
+    try:
+        _delete(done, using=using)
+    except DatabaseError as exc:
+        # Sent all the same: the relay finds the rows, and sending them again writes nothing.
+        logger.warning("sent %d task(s) but could not delete their outbox rows: %s", len(done), exc)
+
+
+def relay(broker: Broker, *, using: str, announce: Announce, limit: int = RELAY_BATCH) -> int:
+    """Send a batch of the rows due (those whose sender did not delete them), under a lease so
+    that concurrent relays take different rows; return how many rows it took.
+
+    Rows whose task Redis has (sent before) are deleted; rows that cannot be sent (a corrupt
+    message, a script's error) are kept with the error and tried again later, backing off.
+    Raises BrokerUnavailable (the rows are due again at once) and DatabaseError.
+    """
+    from .models import OutboxTask
+
+    now = timezone.now()
+    lease = uuid.uuid4().hex
+    if not _take(using=using, now=now, lease=lease, limit=limit):
+        return 0
+    rows = list(OutboxTask.objects.using(using).filter(lease=lease).order_by("pk"))
+    parsed: list[tuple[OutboxTask, TaskMessage]] = []
+    failed: list[tuple[OutboxTask, str]] = []
+    for row in rows:
+        try:
+            parsed.append((row, TaskMessage.from_json(row.message, id=row.task_id, queue=row.queue)))
+        except ValueError as exc:
+            failed.append((row, f"the stored message is not a task message: {exc}"))
+    messages = [message for _, message in parsed]
+    try:
+        outcomes = broker.send_outboxed(messages) if messages else []
+    except BrokerUnavailable:
+        OutboxTask.objects.using(using).filter(lease=lease).update(lease="", next_attempt_at=now)
+        raise
+    done = []
+    for (row, _), outcome in zip(parsed, outcomes, strict=True):
+        if isinstance(outcome, Exception):
+            failed.append((row, f"{type(outcome).__name__}: {outcome}"))
+        else:
+            done.append(row.pk)
+    _report_dropped(messages, outcomes)
+    _delete(done, using=using)
+    for row, error in failed:
+        _retry_later(row, error, now=now, using=using)
+    sent = [message for message, outcome in zip(messages, outcomes, strict=True) if outcome == OUTBOX_SENT]
+    if sent:
+        logger.info("relayed %d task(s) from the outbox", len(sent))
+        try:
+            announce(sent)
+        except Exception:
+            logger.exception("a task_enqueued receiver failed")
+    return len(rows)
+
+
+def forget_sent(broker: Broker, *, using: str) -> int:
+    """Forget the ids the queues keep of sent tasks whose outbox rows are gone (for longer than
+    FORGET_AFTER_SECONDS); return how many."""
+    from .models import OutboxTask
+
+    before_ms = broker.server_now_ms() - int(FORGET_AFTER_SECONDS * 1000)
+    marked = broker.outboxed_before(broker.known_queues(), before_ms, limit=FORGET_BATCH)
+    if not marked:
+        return 0
+    ids = sorted({task_id for found in marked.values() for task_id in found})
+    rows = OutboxTask.objects.using(using)
+    kept = set(rows.filter(task_id__in=ids).values_list("task_id", flat=True))
+    forget = {queue: [i for i in found if i not in kept] for queue, found in marked.items()}
+    forget = {queue: found for queue, found in forget.items() if found}
+    broker.forget_outboxed(forget)
+    return sum(map(len, forget.values()))
+
+
+def outbox_stats(*, using: str | None = None) -> OutboxStats:
+    """How many tasks wait in the outbox and since when (one query)."""
+    from .models import OutboxTask
+
+    rows = OutboxTask.objects.using(using or get_settings().OUTBOX_DATABASE)
+    found = rows.aggregate(
+        waiting=Count("pk"), oldest=Min("created_at"), failing=Count("pk", filter=Q(attempts__gt=0))
+    )
+    return OutboxStats(**found)
+
+
+def _take(*, using: str, now: datetime, lease: str, limit: int) -> int:
+    """Lease up to `limit` due rows to this pass; return how many it got."""
+    from .models import OutboxTask
+
+    rows = OutboxTask.objects.using(using)
+    due = rows.filter(next_attempt_at__lte=now).order_by("pk")
+    until = now + timedelta(seconds=LEASE_SECONDS)
+    if connections[using].features.has_select_for_update_skip_locked:
+        # Rows another relay is leasing are skipped, not waited for: it takes the next ones.
+        with transaction.atomic(using=using):
+            pks = list(due.select_for_update(skip_locked=True).values_list("pk", flat=True)[:limit])
+            return rows.filter(pk__in=pks).update(next_attempt_at=until, lease=lease) if pks else 0
+    pks = list(due.values_list("pk", flat=True)[:limit])
+    # One statement, atomic: a row another relay leased meanwhile is no longer due.
+    return rows.filter(pk__in=pks, next_attempt_at__lte=now).update(next_attempt_at=until, lease=lease)
+
+
+def _delete(pks: Sequence[int], *, using: str) -> None:
+    from .models import OutboxTask
+
+    if pks:
+        OutboxTask.objects.using(using).filter(pk__in=pks).delete()
+
+
+def _retry_later(row: OutboxTask, error: str, *, now: datetime, using: str) -> None:
+    attempts = row.attempts + 1
+    wait = min(MAX_RETRY_SECONDS, 2.0**attempts)
+    logger.warning(
+        "outbox: task %s (%s) could not be sent (attempt %d), tried again in %gs: %s",
+        row.task_id,
+        row.task_name,
+        attempts,
+        wait,
+        error,
+    )
+    type(row).objects.using(using).filter(pk=row.pk).update(
+        attempts=attempts, last_error=error, lease="", next_attempt_at=now + timedelta(seconds=wait)
+    )
+
+
+def _report_dropped(messages: Sequence[TaskMessage], outcomes: Sequence[int | Exception]) -> None:
+    for message, outcome in zip(messages, outcomes, strict=True):
+        if outcome == OUTBOX_DROPPED:
+            logger.info(
+                "outbox: task %s (%s) dropped: a task with its unique key %r is queued already",
+                message.id,
+                message.task,
+                message.unique_key,
+            )
+
+
+def _paused() -> bool:
+    return time.monotonic() < _paused_until
+
+
+def _pause(exc: BrokerUnavailable) -> None:
+    global _paused_until
+    if not _paused():
+        logger.warning(
+            "Redis is unreachable (%s): tasks wait in the outbox, and workers send them once it is back",
+            exc,
+        )
+    _paused_until = time.monotonic() + PAUSE_AFTER_OUTAGE
