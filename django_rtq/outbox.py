@@ -17,10 +17,11 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cache
 from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, connections, transaction
-from django.db.models import Count, Min, Q
+from django.db.models import Count, Field, Min, Q
 from django.utils import timezone
 
 from .broker import Broker
@@ -48,8 +49,9 @@ MAX_RETRY_SECONDS = 300.0
 #: its task is sent, so this only needs to outlast a transaction still open when its task was
 #: sent: that of `OUTBOX_FALLBACK` around an enqueue whose reply was lost.
 FORGET_AFTER_SECONDS = 60.0
-#: Ids a relay pass looks at per queue when forgetting sent ids.
+#: Ids a relay looks at per queue when it forgets sent ids, and how often it does (seconds).
 FORGET_BATCH = 500
+FORGET_INTERVAL = 10.0
 
 #: Sends `task_enqueued` for the tasks sent (the registry's `announce_enqueued`).
 Announce = Callable[[Sequence[TaskMessage]], None]
@@ -86,8 +88,8 @@ def enqueue_on_commit(messages: Sequence[TaskMessage], *, announce: Announce) ->
     elif not connections[using].in_atomic_block:
         send_or_keep(messages, announce=announce)
     else:
-        pks = store(messages, using=using)
-        transaction.on_commit(lambda: send_stored(messages, pks, announce=announce, using=using), using=using)
+        store(messages, using=using)
+        transaction.on_commit(lambda: send_stored(messages, announce=announce, using=using), using=using)
 
 
 def enqueue(messages: Sequence[TaskMessage], *, announce: Announce) -> None:
@@ -117,7 +119,8 @@ def send_or_keep(messages: Sequence[TaskMessage], *, announce: Announce) -> None
             return
     using = get_settings().OUTBOX_DATABASE
     try:
-        store(messages, using=using)
+        with transaction.atomic(using=using):  # a savepoint: a failure leaves the caller's transaction usable
+            store(messages, using=using)
     except DatabaseError as exc:
         raise BrokerUnavailable(
             f"Redis is unreachable and the outbox could not store {len(messages)} task(s): {exc}"
@@ -125,36 +128,55 @@ def send_or_keep(messages: Sequence[TaskMessage], *, announce: Announce) -> None
     logger.info("%d task(s) kept in the outbox while Redis is unreachable", len(messages))
 
 
-def store(messages: Sequence[TaskMessage], *, using: str) -> list[int]:
-    """Write `messages` as outbox rows (in the current transaction, if any); return their pks."""
-    from .models import OutboxTask
-
+def store(messages: Sequence[TaskMessage], *, using: str) -> None:
+    """Write `messages` as outbox rows, in the current transaction if any (all or none)."""
+    connection = connections[using]
+    sql = _statements(using)
     now = timezone.now()
     due = now + timedelta(seconds=get_settings().OUTBOX_RELAY_AFTER)
-    rows = [
-        OutboxTask(
-            task_id=message.id,
-            task_name=message.task[:255],
-            queue=message.queue,
-            message=message.to_json(),
-            created_at=now,
-            next_attempt_at=due,
-        )
-        for message in messages
-    ]
-    if len(rows) > 1 and connections[using].features.can_return_rows_from_bulk_insert:
-        OutboxTask.objects.using(using).bulk_create(rows)
+    created, due = (sql.time_field.get_db_prep_save(value, connection) for value in (now, due))
+    rows = [(m.id, m.task[:255], m.queue, m.to_json(), created, due) for m in messages]
+    if len(rows) == 1:
+        with connection.cursor() as cursor:
+            cursor.execute(sql.insert, rows[0])
     else:
-        for row in rows:
-            row.save(using=using, force_insert=True)
-    return [row.pk for row in rows]
+        with transaction.atomic(using=using), connection.cursor() as cursor:
+            cursor.executemany(sql.insert, rows)
 
 
-def send_stored(
-    messages: Sequence[TaskMessage], pks: Sequence[int], *, announce: Announce, using: str
-) -> None:
-    """After the commit: send the stored `messages`, then delete their rows `pks`. Raises
-    nothing: the transaction has committed, and a row left behind is the relay's to send."""
+@dataclass(frozen=True, slots=True)
+class _Statements:
+    """The outbox's statements on the path of every request that enqueues, written once: the
+    ORM's save() and delete() cost several times the statements themselves (bench/outbox.py)."""
+
+    insert: str  # one row; the columns of `store`
+    delete: str  # rows of a queue by task ids: "... IN (" + the ids' placeholders + ")"
+    time_field: Field  # prepares times for the database
+
+
+@cache
+def _statements(using: str) -> _Statements:
+    from .models import OutboxTask
+
+    quote = connections[using].ops.quote_name
+    meta = OutboxTask._meta
+    table = quote(meta.db_table)
+    column = {field.name: quote(field.column) for field in meta.concrete_fields}
+    given = ["task_id", "task_name", "queue", "message", "created_at", "next_attempt_at"]
+    return _Statements(
+        insert=(
+            f"INSERT INTO {table} ({', '.join(column[name] for name in given)}, "
+            f"{column['lease']}, {column['attempts']}, {column['last_error']}) "
+            f"VALUES ({', '.join(['%s'] * len(given))}, '', 0, '')"
+        ),
+        delete=f"DELETE FROM {table} WHERE {column['queue']} = %s AND {column['task_id']} IN (",
+        time_field=meta.get_field("created_at"),
+    )
+
+
+def send_stored(messages: Sequence[TaskMessage], *, announce: Announce, using: str) -> None:
+    """After the commit: send the stored `messages`, then delete their rows. Raises nothing:
+    the transaction has committed, and a row left behind is the relay's to send."""
     if _paused():
         return
     try:
@@ -165,14 +187,14 @@ def send_stored(
     except Exception:
         logger.exception("could not send %d task(s) from the outbox; a worker will retry", len(messages))
         return
-    done = [pk for pk, outcome in zip(pks, outcomes, strict=True) if not isinstance(outcome, Exception)]
+    done = [m for m, outcome in zip(messages, outcomes, strict=True) if not isinstance(outcome, Exception)]
     _report_dropped(messages, outcomes)
     try:
         announce([m for m, outcome in zip(messages, outcomes, strict=True) if outcome == OUTBOX_SENT])
     except Exception:
         logger.exception("a task_enqueued receiver failed")
     try:
-        _delete(done, using=using)
+        _delete_sent(done, using=using)
     except DatabaseError as exc:
         # Sent all the same: the relay finds the rows, and sending them again writes nothing.
         logger.warning("sent %d task(s) but could not delete their outbox rows: %s", len(done), exc)
@@ -248,10 +270,13 @@ def outbox_stats(*, using: str | None = None) -> OutboxStats:
     """How many tasks wait in the outbox and since when (one query)."""
     from .models import OutboxTask
 
-    rows = OutboxTask.objects.using(using or get_settings().OUTBOX_DATABASE)
-    found = rows.aggregate(
-        waiting=Count("pk"), oldest=Min("created_at"), failing=Count("pk", filter=Q(attempts__gt=0))
-    )
+    using = using or get_settings().OUTBOX_DATABASE
+    # In a savepoint: if the query fails (the table is missing, say), a transaction of the caller
+    # (ATOMIC_REQUESTS) is still usable; the surfaces show the rest of their page.
+    with transaction.atomic(using=using):
+        found = OutboxTask.objects.using(using).aggregate(
+            waiting=Count("pk"), oldest=Min("created_at"), failing=Count("pk", filter=Q(attempts__gt=0))
+        )
     return OutboxStats(**found)
 
 
@@ -262,14 +287,31 @@ def _take(*, using: str, now: datetime, lease: str, limit: int) -> int:
     rows = OutboxTask.objects.using(using)
     due = rows.filter(next_attempt_at__lte=now).order_by("pk")
     until = now + timedelta(seconds=LEASE_SECONDS)
+    pks = list(due.values_list("pk", flat=True)[:limit])  # one query on every pass of every relay
+    if not pks:
+        return 0
     if connections[using].features.has_select_for_update_skip_locked:
         # Rows another relay is leasing are skipped, not waited for: it takes the next ones.
         with transaction.atomic(using=using):
             pks = list(due.select_for_update(skip_locked=True).values_list("pk", flat=True)[:limit])
             return rows.filter(pk__in=pks).update(next_attempt_at=until, lease=lease) if pks else 0
-    pks = list(due.values_list("pk", flat=True)[:limit])
     # One statement, atomic: a row another relay leased meanwhile is no longer due.
     return rows.filter(pk__in=pks, next_attempt_at__lte=now).update(next_attempt_at=until, lease=lease)
+
+
+def _delete_sent(messages: Sequence[TaskMessage], *, using: str) -> None:
+    """Delete the rows of tasks the queue has now, by queue and id, one statement per queue and
+    no transaction of its own. Other rows of the same id and queue, if any, could only be sent
+    before (their sends would write nothing), so they go too."""
+    if not messages:
+        return
+    by_queue: dict[str, list[str]] = {}
+    for message in messages:
+        by_queue.setdefault(message.queue, []).append(message.id)
+    delete = _statements(using).delete
+    with connections[using].cursor() as cursor:
+        for queue, ids in by_queue.items():
+            cursor.execute(delete + ", ".join(["%s"] * len(ids)) + ")", [queue, *ids])
 
 
 def _delete(pks: Sequence[int], *, using: str) -> None:

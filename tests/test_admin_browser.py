@@ -21,9 +21,10 @@ import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
+from django_rtq import outbox
 from django_rtq.broker import TaskMessage, TaskState
 from django_rtq.broker.states import Action
-from django_rtq.models import FinishedTask
+from django_rtq.models import FinishedTask, OutboxTask
 from django_rtq.operations import Operations
 from tests.conftest import wait_for
 from tests.test_broker import ids_in
@@ -326,6 +327,18 @@ def held_back_task(broker) -> Iterator[str]:
         forget(LONG_LIMITED_TYPE)
 
 
+def outbox_rows() -> None:
+    """Tasks waiting in the outbox, one with a long id, name and error, as a failing relay leaves it."""
+    outbox.store([testapp_tasks.add.using(queue=WIDE).prepare(n, n) for n in range(3)], using="default")
+    OutboxTask.objects.filter(pk=OutboxTask.objects.order_by("pk")[0].pk).update(
+        task_id=LONG_ID[:255],
+        task_name=LONG_LIMITED_TYPE,
+        created_at=timezone.now() - timedelta(hours=2),
+        attempts=4,
+        last_error=LONG_ERROR,
+    )
+
+
 def overflow(page) -> int:
     """How many pixels the page is wider than the window (0: no sideways scroll)."""
     return page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
@@ -351,6 +364,7 @@ def test_no_page_scrolls_sideways(page, live_server, broker, run_worker, setting
         "QUEUE_LIMITS": {WIDE: {"rate_limit": "1000/h", "burst": 50, "max_concurrency": 20}},
     }
     ids = long_values(broker)  # after held_back_task, whose claim would take its pending task
+    outbox_rows()
     job = Operations().start_bulk(Action.DELETE, "low", [S.ARCHIVED])
     FinishedTask.objects.create(
         task_id=LONG_ID[:255],
@@ -372,6 +386,7 @@ def test_no_page_scrolls_sideways(page, live_server, broker, run_worker, setting
         f"{live}task/{held_back_task}/?queue={WIDE}",
         f"{live}workers/",
         f"{live}periodic/",
+        f"{live}outbox/",
         f"{live}bulk/low/{job.id}/",
         f"/admin/django_rtq/finishedtask/{quote(LONG_ID[:255], safe='')}/change/",
     ]

@@ -150,6 +150,7 @@ def populate(broker: Broker) -> dict[TaskState, list[str]]:
     return made
 
 
+@pytest.mark.django_db  # rtq_stats reads the outbox too
 def test_stats_shows_a_row_per_queue(rtq: Broker, clock: FakeClock):
     populate(rtq)
     rtq.pause(EMAILS)
@@ -175,6 +176,7 @@ def test_stats_shows_a_row_per_queue(rtq: Broker, clock: FakeClock):
     assert (rows[0]["PENDING"], rows[0]["OLDEST PENDING"], rows[2]["PAUSED"]) == ("0", "-", "no")
 
 
+@pytest.mark.django_db  # rtq_stats reads the outbox too
 def test_stats_as_json(rtq: Broker, clock: FakeClock):
     populate(rtq)
     clock.advance(10)
@@ -199,10 +201,12 @@ def test_stats_as_json(rtq: Broker, clock: FakeClock):
                 "size": 10,
                 "limits": [],  # no flow-control limit, no use (tests/test_flow_control_surfaces.py)
             }
-        ]
+        ],
+        "outbox": {"waiting": 0, "oldest": None, "oldest_age_seconds": None, "failing": 0},
     }
 
 
+@pytest.mark.django_db  # rtq_stats reads the outbox too
 def test_stats_history_shows_each_day(rtq: Broker, clock: FakeClock):
     make_tasks(rtq, S.RETRY, EMAILS)
     clock.advance(86400)

@@ -1,13 +1,15 @@
-"""The dashboard: every queue's tasks per state, counters and memory, flow control, workers, bulk
-jobs, a history chart."""
+"""The dashboard: every queue's tasks per state, counters and memory, the outbox, flow control,
+workers, bulk jobs, a history chart."""
 
 from __future__ import annotations
 
+import logging
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.contrib.admin import ModelAdmin
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
@@ -20,6 +22,8 @@ from ..operations import Operations
 from .bulk import describe_job
 from .charts import history_chart
 from .common import STATES, admin_url, live_view, page_context, task_url
+
+logger = logging.getLogger(__name__)
 
 #: Days of history the chart shows.
 CHART_DAYS = 28
@@ -56,6 +60,7 @@ def dashboard(request: HttpRequest, model_admin: ModelAdmin, ops: Operations) ->
         model_admin,
         title="Task queue",
         queues=queues,
+        outbox=describe_outbox(model_admin, ops),
         workers=describe_workers(model_admin, ops),
         bulk_jobs=[describe_job(model_admin, job) for job in recent_jobs(ops.bulk_jobs())],
         flow_control=[
@@ -77,6 +82,22 @@ def dashboard(request: HttpRequest, model_admin: ModelAdmin, ops: Operations) ->
         queue_action_url=admin_url(model_admin, "queue_action"),
     )
     return TemplateResponse(request, "admin/django_rtq/dashboard.html", context)
+
+
+def describe_outbox(model_admin: ModelAdmin, ops: Operations) -> dict[str, Any] | None:
+    """The outbox's line: tasks waiting, how long the oldest has, how many failed to send; None if
+    its database cannot be read (the dashboard is about Redis: it shows the rest all the same)."""
+    try:
+        stats = ops.outbox_stats()
+    except DatabaseError as exc:
+        logger.warning("the dashboard could not read the outbox: %s", exc)
+        return None
+    return {
+        "waiting": stats.waiting,
+        "oldest_age": format_duration(stats.age_seconds()),
+        "failing": stats.failing,
+        "url": admin_url(model_admin, "outbox"),
+    }
 
 
 def describe_limit_use(use: LimitUse) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from .actions import queue_action, task_action
 from .bulk import bulk_carry_on, bulk_progress
 from .common import SegmentConverter, url_name
 from .dashboard import dashboard
+from .outbox import outbox
 from .periodic import periodic
 from .tasks import task_detail, task_list
 from .workers import workers
@@ -23,8 +24,8 @@ if "rtq_segment" not in get_converters():
 
 
 def live_urlpatterns(model_admin: ModelAdmin) -> list[URLPattern]:
-    """Patterns for the dashboard, lists, task page, workers, periodic tasks, actions and bulk progress,
-    behind the admin's login."""
+    """Patterns for the dashboard, lists, task page, workers, periodic tasks, the outbox, actions and
+    bulk progress, behind the admin's login."""
 
     def wrap(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
         def admin_view(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
@@ -38,6 +39,7 @@ def live_urlpatterns(model_admin: ModelAdmin) -> list[URLPattern]:
         path("tasks/<str:state>/", wrap(task_list), name=url_name("tasks")),
         path("workers/", wrap(workers), name=url_name("workers")),
         path("periodic/", wrap(periodic), name=url_name("periodic")),
+        path("outbox/", wrap(outbox), name=url_name("outbox")),
         path("task/<rtq_segment:task_id>/", wrap(task_detail), name=url_name("task")),
         path("actions/tasks/", wrap(task_action), name=url_name("task_action")),
         path("actions/queue/", wrap(queue_action), name=url_name("queue_action")),

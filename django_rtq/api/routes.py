@@ -22,6 +22,7 @@ api_urlpatterns = [
     path("queues/<str:queue>/bulk/", bulk_views.QueueBulkView.as_view(), name="queue-bulk"),
     path("queues/<str:queue>/bulk/<str:job_id>/", bulk_views.BulkJobDetailView.as_view(), name="bulk-job"),
     path("queues/<str:queue>/purge/", bulk_views.QueuePurgeView.as_view(), name="queue-purge"),
+    path("outbox/", views.OutboxView.as_view(), name="outbox"),
     path("workers/", views.WorkerListView.as_view(), name="worker-list"),
     path("finished/", views.FinishedTaskListView.as_view(), name="finished-list"),
 ]

@@ -274,6 +274,19 @@ class QueueDetailSerializer(QueueSerializer):
     history = DayCountSerializer(many=True, help_text="Daily counters, oldest first.")
 
 
+class OutboxSerializer(serializers.Serializer):
+    waiting = serializers.IntegerField(help_text="Tasks waiting in the outbox to be sent to Redis.")
+    oldest = serializers.DateTimeField(
+        allow_null=True, help_text="When the oldest waiting task was stored; null when none waits."
+    )
+    oldest_age_seconds = serializers.FloatField(
+        allow_null=True, help_text="How long the oldest task has waited, in seconds; null when none waits."
+    )
+    failing = serializers.IntegerField(
+        help_text="Waiting tasks a worker's relay tried to send and could not (each keeps its last error)."
+    )
+
+
 class RunningTaskSerializer(serializers.Serializer):
     id = serializers.CharField()
     task = serializers.CharField()

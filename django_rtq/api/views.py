@@ -1,4 +1,5 @@
-"""The API's views: enqueue exposed task types, look at and act on tasks, queues and workers.
+"""The API's views: enqueue exposed task types, look at and act on tasks, queues and workers, look
+at the outbox.
 
 Each view translates the request into calls of the operations layer (`self.ops`, see base.py)
 and their results into JSON: which states an action applies to and where a task is looked for
@@ -27,6 +28,7 @@ from ..conf import get_settings
 from ..exceptions import DuplicateTask, InvalidTask, TaskIdConflict
 from ..formats import utc_datetime
 from ..operations import ActionReport
+from ..outbox import OutboxStats
 from ..permissions import API_PERMISSIONS, CHANGE_LIVE, ENQUEUE, VIEW_HISTORY, VIEW_LIVE
 from ..registry import TaskType
 from . import serializers as s
@@ -325,7 +327,30 @@ class QueueTasksView(APIBase):
         return Response(page_data(request, count=count, offset=offset, limit=limit, results=results))
 
 
-# Workers and finished tasks
+# The outbox, workers and finished tasks
+
+
+def outbox_data(stats: OutboxStats) -> dict[str, Any]:
+    """The outbox's stats as `OutboxSerializer` data."""
+    return {
+        "waiting": stats.waiting,
+        "oldest": stats.oldest,
+        "oldest_age_seconds": stats.age_seconds(),
+        "failing": stats.failing,
+    }
+
+
+class OutboxView(APIBase):
+    required_permission = VIEW_LIVE  # its tasks are live ones, not in Redis yet
+
+    @documented(
+        operation_id="get_outbox",
+        summary="Count the tasks waiting in the outbox to be sent to Redis, and the oldest's age",
+        description="Read from the database alone: it answers while Redis is unreachable.",
+        responses={200: s.OutboxSerializer},
+    )
+    def get(self, request: Request) -> Response:
+        return Response(s.OutboxSerializer(outbox_data(self.ops.outbox_stats())).data)
 
 
 class WorkerListView(APIBase):

@@ -1,11 +1,13 @@
-"""The Prometheus collector: queue sizes, daily counters, flow control and workers, read through the
-operations layer."""
+"""The Prometheus collector: queue sizes, daily counters, flow control, workers and the outbox, read
+through the operations layer."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import Any
 
+from django.db import DatabaseError
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
@@ -13,6 +15,9 @@ from ..broker.inspect import STATS_STATES, LimitUse, QueueStats
 from ..broker.timings import Histogram
 from ..exceptions import BrokerUnavailable
 from ..operations import Operations
+from ..outbox import OutboxStats
+
+logger = logging.getLogger(__name__)
 
 #: The states `rtq_tasks` reports, in the order of QueueStats' fields.
 STATES = STATS_STATES
@@ -22,12 +27,17 @@ REDIS_UP_HELP = "Whether the scrape could read Redis (1) or not (0)."
 
 
 class RTQCollector(Collector):
-    """Yields django-rtq's metric families, read from Redis at each scrape."""
+    """Yields django-rtq's metric families, read from Redis (and the outbox's database) at each scrape."""
 
     def __init__(self, ops: Operations) -> None:
         self.ops = ops
 
     def collect(self) -> Iterator[Metric]:
+        yield from self.from_redis()
+        yield from self.from_outbox()
+
+    def from_redis(self) -> Iterator[Metric]:
+        """The families read from Redis, or only `rtq_redis_up` 0 if Redis cannot be read."""
         try:
             stats = [self.ops.queue_stats(name) for name in self.ops.queues()]
             timings = {s.queue: self.ops.task_timings(s.queue) for s in stats}
@@ -42,6 +52,16 @@ class RTQCollector(Collector):
         yield from timing_metrics(timings)
         yield from limit_metrics(limits)
         yield from worker_metrics(workers, [s.queue for s in stats])
+
+    def from_outbox(self) -> Iterator[Metric]:
+        """The outbox's families, read from its database: there while Redis is away (when the
+        outbox fills), left out if the database cannot be read."""
+        try:
+            stats = self.ops.outbox_stats()
+        except DatabaseError as exc:
+            logger.warning("the metrics leave the outbox out: its database could not be read: %s", exc)
+            return
+        yield from outbox_metrics(stats)
 
 
 def queue_metrics(stats: list[QueueStats], day_started: float) -> Iterator[Metric]:
@@ -115,6 +135,23 @@ def limit_metrics(limits: dict[str, list[LimitUse]]) -> Iterator[Metric]:
             running.add_metric([queue, use.scope], use.running)
             held.add_metric([queue, use.scope], use.held)
     yield from (running, held)
+
+
+def outbox_metrics(stats: OutboxStats) -> Iterator[Metric]:
+    """How many tasks wait in the outbox, how long the oldest has, how many failed to send."""
+    yield GaugeMetricFamily(
+        "rtq_outbox_waiting", "Tasks waiting in the outbox to be sent to Redis.", stats.waiting
+    )
+    yield GaugeMetricFamily(
+        "rtq_outbox_oldest_age_seconds",
+        "Seconds the oldest task of the outbox has waited to be sent to Redis; 0 when none waits.",
+        stats.age_seconds() or 0.0,
+    )
+    yield GaugeMetricFamily(
+        "rtq_outbox_failing",
+        "Tasks of the outbox that a relay tried to send and could not (each keeps its last error).",
+        stats.failing,
+    )
 
 
 def worker_metrics(workers: list[dict[str, Any]], queues: list[str]) -> Iterator[Metric]:

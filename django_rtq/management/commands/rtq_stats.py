@@ -1,4 +1,5 @@
-"""`manage.py rtq_stats`: each queue's tasks per state, today's counters, flow control, and daily history."""
+"""`manage.py rtq_stats`: each queue's tasks per state, today's counters, the outbox, flow control, and
+daily history."""
 
 from __future__ import annotations
 
@@ -6,12 +7,14 @@ from dataclasses import asdict
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
+from django.db import DatabaseError
 
 from django_rtq.broker.inspect import LimitUse, QueueStats
 from django_rtq.broker.limits import QUEUE_SCOPE
 from django_rtq.formats import format_duration
 from django_rtq.management.base import OperationsCommand
 from django_rtq.management.table import render_table
+from django_rtq.outbox import OutboxStats
 
 STATS_HEADERS = (
     "QUEUE",
@@ -33,7 +36,7 @@ LIMIT_HEADERS = ("SCOPE", "LIMIT", "RUNNING", "HELD BACK", "TOKENS NOW")
 class Command(OperationsCommand):
     help = (
         "Show each queue's tasks per state, today's processed and failed counts, paused queues, "
-        "and the flow-control limits with their use."
+        "the tasks waiting in the outbox, and the flow-control limits with their use."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -53,15 +56,21 @@ class Command(OperationsCommand):
         stats = [self.ops.queue_stats(name) for name in names]
         limits = {name: self.ops.flow_control(name) for name in names}
         histories = {name: self.ops.history(name, days=history) for name in names} if history else {}
+        outbox = self.outbox_stats()  # after Redis: an unreachable Redis is the command's error
         if self.as_json:
             self.write_json(
-                {"queues": [self.stats_data(s, limits[s.queue], histories.get(s.queue)) for s in stats]}
+                {
+                    "queues": [self.stats_data(s, limits[s.queue], histories.get(s.queue)) for s in stats],
+                    "outbox": outbox_data(outbox) if outbox else None,
+                }
             )
             return
-        if not stats:
+        if stats:
+            self.write_lines(render_table(STATS_HEADERS, map(stats_row, stats), header_style=self.heading))
+        else:
             self.stdout.write("No queues yet.")
-            return
-        self.write_lines(render_table(STATS_HEADERS, map(stats_row, stats), header_style=self.heading))
+        self.stdout.write("")
+        self.stdout.write(outbox_line(outbox))
         for name, uses in limits.items():
             if uses:
                 self.stdout.write("")
@@ -76,6 +85,15 @@ class Command(OperationsCommand):
             self.write_lines(
                 render_table(("DAY", "PROCESSED", "FAILED", "FAILURE RATE"), rows, header_style=self.heading)
             )
+
+    def outbox_stats(self) -> OutboxStats | None:
+        """The outbox's stats, or None (and why, on stderr) if its database cannot be read: the
+        queues' stats, from Redis, are shown all the same."""
+        try:
+            return self.ops.outbox_stats()
+        except DatabaseError as exc:
+            self.note(f"The outbox's database could not be read: {exc}")
+            return None
 
     def stats_data(
         self, stats: QueueStats, limits: list[LimitUse], days: list[tuple[str, int, int]] | None
@@ -101,6 +119,26 @@ def stats_row(stats: QueueStats) -> tuple[object, ...]:
         stats.failed_today,
         format_duration(stats.oldest_pending_age),
     )
+
+
+def outbox_data(stats: OutboxStats) -> dict[str, Any]:
+    """The outbox's stats as the API's `outbox/` gives them (times in ISO 8601)."""
+    return {
+        "waiting": stats.waiting,
+        "oldest": stats.oldest.isoformat() if stats.oldest else None,
+        "oldest_age_seconds": stats.age_seconds(),
+        "failing": stats.failing,
+    }
+
+
+def outbox_line(stats: OutboxStats | None) -> str:
+    """`Outbox: 3 waiting, oldest 3m 12s ago, 1 failing`, or that it is empty, or unknown."""
+    if stats is None:
+        return "Outbox: unknown (its database could not be read)"
+    if not stats.waiting:
+        return "Outbox: empty"
+    age = format_duration(stats.age_seconds())
+    return f"Outbox: {stats.waiting} waiting, oldest {age} ago, {stats.failing} failing"
 
 
 def limit_row(use: LimitUse) -> tuple[object, ...]:
