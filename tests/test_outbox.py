@@ -25,9 +25,11 @@ from django_rtq.models import OutboxTask
 from django_rtq.outbox import OutboxStats, forget_sent, outbox_stats, relay
 from django_rtq.registry import announce_enqueued
 from django_rtq.testing import capture_tasks
+from tests.conftest import wait_for
 from tests.servers import free_port
 from tests.test_broker import WORKER, claim_ids, done
 from tests.testapp import dtasks, tasks
+from tests.testapp.tasks import report_key
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -203,10 +205,10 @@ def test_capturing_helpers_see_a_task_of_the_outbox_at_the_commit(broker):
 
 def keep_rows(monkeypatch):
     """Make the sender at the commit fail to delete its rows (the database went away, say)."""
-    monkeypatch.setattr(outbox, "_delete", _failing_delete)
+    monkeypatch.setattr(outbox, "_delete_sent", _failing_delete)
 
 
-def _failing_delete(pks, *, using):
+def _failing_delete(messages, *, using):
     from django.db import OperationalError
 
     raise OperationalError("the database went away")
@@ -509,3 +511,41 @@ def test_the_check_warns_when_the_outbox_table_is_missing(monkeypatch):
     [warning] = check_outbox_table(databases=["default"])
     assert warning.id == "django_rtq.W008" and isinstance(warning, checks.Warning)
     assert "django_rtq_outboxtask" in warning.msg
+
+
+# The worker's relay
+
+
+def test_a_worker_relays_the_outbox_and_runs_its_tasks(run_worker, broker, redis_client):
+    outbox.store([tasks.record.prepare("relayed", i) for i in range(5)], using="default")
+    make_due()
+
+    with run_worker(relay=True):
+        wait_for(lambda: len(redis_client.lrange(report_key("relayed"), 0, -1)) == 5, message="5 runs")
+
+    assert sorted(redis_client.lrange(report_key("relayed"), 0, -1)) == ["0", "1", "2", "3", "4"]
+    assert not OutboxTask.objects.exists()
+
+
+def test_the_relay_warns_once_while_the_database_is_away(broker, monkeypatch, caplog):
+    from django.db import OperationalError
+
+    from django_rtq.worker.relay import Relay
+
+    component = Relay(broker=broker, interval=1.0)
+    passes = iter([OperationalError("down"), OperationalError("down"), 0])
+
+    def fake_relay(broker, *, using, announce, limit=500):
+        outcome = next(passes)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    monkeypatch.setattr("django_rtq.worker.relay.relay", fake_relay)
+    caplog.set_level(logging.WARNING, "django_rtq.worker.relay")
+
+    assert [component.run_once() for _ in range(3)] == [0, 0, 0]
+
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("cannot read the outbox" in m for m in messages) == 1
+    assert sum("can be read again" in m for m in messages) == 1

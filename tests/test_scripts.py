@@ -120,7 +120,7 @@ def exercise_every_operation(broker: Broker, clock: FakeClock) -> None:
     # the outbox: tasks of two queues, one with a lock, and one sent before
     outboxed = [message(EMAILS, unique_key="outbox-lock", unique_ttl=60), message(BILLING)]
     broker.send_outboxed(outboxed)
-    broker.send_outboxed(outboxed[:1] + [message(BILLING)])
+    broker.send_outboxed([outboxed[0], message(BILLING)])
     exercise_workflows(broker, clock)
 
 

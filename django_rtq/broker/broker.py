@@ -224,6 +224,11 @@ class Broker:
         for errors that mean Redis is away (BrokerUnavailable)."""
         if not calls:
             return []
+        if len(calls) == 1:  # the common case: no pipeline to build
+            try:
+                return [self.run_script(*calls[0])]
+            except redis.ResponseError as exc:  # BrokerUnavailable passes
+                return [exc]
         with translate_errors():
             pipe = self.client.pipeline(transaction=False)
             for name, keys, args in calls:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 from django.db import DatabaseError, connections
 
 from ..broker import Broker
-from ..outbox import RELAY_BATCH, forget_sent, relay
+from ..outbox import FORGET_INTERVAL, RELAY_BATCH, forget_sent, relay
 from ..registry import announce_enqueued
 from .component import Component
 
@@ -26,6 +28,7 @@ class Relay(Component):
         self.broker = broker
         self.using = using
         self._database_down = False
+        self._forgot_at = -FORGET_INTERVAL  # time.monotonic() of the last forget_sent()
 
     def run_once(self, *, max_batches: int | None = None) -> int:
         """Relay the rows due (or up to `max_batches` batches of them); return how many it took."""
@@ -39,7 +42,9 @@ class Relay(Component):
                 taken += count
                 if count < RELAY_BATCH or self._stop.is_set():
                     break
-            forget_sent(self.broker, using=self.using)
+            if time.monotonic() - self._forgot_at >= FORGET_INTERVAL:
+                forget_sent(self.broker, using=self.using)
+                self._forgot_at = time.monotonic()
         except DatabaseError as exc:
             if not self._database_down:
                 self.logger.warning("cannot read the outbox (%s); it is relayed once it can be", exc)
