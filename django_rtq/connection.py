@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -26,6 +27,8 @@ DJANGO_BACKEND = "django.core.cache.backends.redis.RedisCache"
 
 _lock = threading.Lock()
 _broker: Broker | None = None
+#: time.monotonic() until which this process takes Redis for away (see note_redis_away)
+_away_until = 0.0
 
 
 def redis_client(url: str, **options: Any) -> Client:
@@ -226,17 +229,34 @@ def _limits() -> FlowLimits:
 
 def set_broker(broker: Broker) -> None:
     """Make `broker` this process's broker until `reset_broker()` (django_rtq.testing's fake Redis)."""
-    global _broker
+    global _broker, _away_until
     with _lock:
         _broker = broker
+        _away_until = 0.0
 
 
 def reset_broker() -> None:
     """Forget the broker, so the next use builds it anew (after a fork or a settings change)."""
-    global _broker
+    global _broker, _away_until
     broker, _broker = _broker, None
+    _away_until = 0.0
     if broker is not None:
         close_client(broker.client)
+
+
+def note_redis_away(seconds: float) -> bool:
+    """Take Redis for away for `seconds` from now: the transactional outbox leaves its tasks to
+    the workers' relays meanwhile, rather than have each request wait out the client's retries.
+    Return whether Redis was taken for reachable until now (the first to notice warns)."""
+    global _away_until
+    first = not redis_recently_away()
+    _away_until = time.monotonic() + seconds
+    return first
+
+
+def redis_recently_away() -> bool:
+    """Whether a send found Redis away moments ago (see note_redis_away)."""
+    return time.monotonic() < _away_until
 
 
 @receiver(setting_changed)
@@ -246,4 +266,4 @@ def _on_setting_changed(setting: str, **kwargs: Any) -> None:
 
 
 # A forked child must not share its parent's sockets.
-os.register_at_fork(after_in_child=lambda: globals().__setitem__("_broker", None))
+os.register_at_fork(after_in_child=lambda: globals().update(_broker=None, _away_until=0.0))

@@ -20,16 +20,21 @@ from datetime import datetime, timedelta
 from functools import cache
 from typing import TYPE_CHECKING
 
+import redis
+from django.core.exceptions import SynchronousOnlyOperation
 from django.db import DatabaseError, connections, transaction
+from django.db import Error as DjangoDatabaseError
 from django.db.models import Count, Field, Min, Q
+from django.db.models.functions import Now
+from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 
 from .broker import Broker
-from .broker.broker import OUTBOX_DROPPED, OUTBOX_SENT
+from .broker.broker import OUTBOX_DROPPED, OUTBOX_SENT, OUTBOX_SENT_BEFORE
 from .broker.message import TaskMessage
 from .conf import get_settings
-from .connection import get_broker
-from .exceptions import BrokerUnavailable
+from .connection import get_broker, note_redis_away, redis_recently_away
+from .exceptions import BrokerUnavailable, DuplicateTask, TaskIdConflict
 
 if TYPE_CHECKING:
     from .models import OutboxTask
@@ -49,14 +54,14 @@ MAX_RETRY_SECONDS = 300.0
 #: its task is sent, so this only needs to outlast a transaction still open when its task was
 #: sent: that of `OUTBOX_FALLBACK` around an enqueue whose reply was lost.
 FORGET_AFTER_SECONDS = 60.0
-#: Ids a relay looks at per queue when it forgets sent ids, and how often it does (seconds).
+#: Ids a relay looks at per queue and page when it forgets sent ids, how often it does, and for
+#: how long at most (seconds).
 FORGET_BATCH = 500
 FORGET_INTERVAL = 10.0
+FORGET_BUDGET = 2.0
 
 #: Sends `task_enqueued` for the tasks sent (the registry's `announce_enqueued`).
 Announce = Callable[[Sequence[TaskMessage]], None]
-
-_paused_until = 0.0  # time.monotonic() until which this process sends nothing from the outbox
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,13 +88,17 @@ def enqueue_on_commit(messages: Sequence[TaskMessage], *, announce: Announce) ->
     """
     conf = get_settings()
     using = conf.OUTBOX_DATABASE
+    connection = connections[using]
     if not conf.OUTBOX:
         transaction.on_commit(lambda: _send_or_raise(messages, announce), using=using)
-    elif not connections[using].in_atomic_block:
-        send_or_keep(messages, announce=announce)
-    else:
+    elif connection.in_atomic_block:
         store(messages, using=using)
         transaction.on_commit(lambda: send_stored(messages, announce=announce, using=using), using=using)
+    elif not connection.get_autocommit():
+        # What transaction.on_commit() says too: there is no commit to wait for in this mode.
+        raise TransactionManagementError("enqueue_on_commit() needs autocommit or an atomic() block.")
+    else:
+        _send_at_once(messages, announce)
 
 
 def enqueue(messages: Sequence[TaskMessage], *, announce: Announce) -> None:
@@ -106,10 +115,33 @@ def _send_or_raise(messages: Sequence[TaskMessage], announce: Announce) -> None:
     announce(messages)
 
 
+def _send_at_once(messages: Sequence[TaskMessage], announce: Announce) -> None:
+    """`enqueue_on_commit()` outside a transaction: send now, as the outbox does (each id noted
+    in `outboxed`, so that if the reply is lost and the tasks are kept, the relay's send writes
+    nothing twice), or keep them if Redis is away. A taken id or a held lock raises, as
+    `enqueue()` would."""
+    if not redis_recently_away():
+        try:
+            outcomes = get_broker().send_outboxed(messages)
+        except BrokerUnavailable as exc:
+            _pause(exc)
+        else:
+            sent = [m for m, outcome in zip(messages, outcomes, strict=True) if outcome == OUTBOX_SENT]
+            announce(sent)
+            for message, outcome in zip(messages, outcomes, strict=True):
+                if outcome != OUTBOX_SENT:
+                    raise _refusal(message, outcome)
+            return
+    _keep(messages)
+
+
 def send_or_keep(messages: Sequence[TaskMessage], *, announce: Announce) -> None:
-    """Send `messages` now, or keep them in the outbox if Redis is away (or was moments ago).
-    Raise BrokerUnavailable only if they cannot be stored either."""
-    if not _paused():
+    """`RTQ["OUTBOX_FALLBACK"]`: send `messages` now, or keep them in the outbox if Redis is
+    away (or was moments ago). Raise BrokerUnavailable only if they cannot be stored either.
+
+    The send is a plain enqueue (atomic per chunk, no `outboxed` ids): a send whose reply was
+    lost after Redis took the tasks keeps them all the same, and they may run twice."""
+    if not redis_recently_away():
         try:
             get_broker().enqueue(messages)
         except BrokerUnavailable as exc:
@@ -117,15 +149,37 @@ def send_or_keep(messages: Sequence[TaskMessage], *, announce: Announce) -> None
         else:
             announce(messages)
             return
+    _keep(messages)
+
+
+def _keep(messages: Sequence[TaskMessage]) -> None:
+    """Store `messages` in the outbox because Redis is away, in the current transaction if any,
+    or raise BrokerUnavailable."""
     using = get_settings().OUTBOX_DATABASE
     try:
-        with transaction.atomic(using=using):  # a savepoint: a failure leaves the caller's transaction usable
+        # A savepoint: if the insert fails, a transaction of the caller is still usable.
+        with transaction.atomic(using=using):
             store(messages, using=using)
-    except DatabaseError as exc:
+    except (DatabaseError, SynchronousOnlyOperation) as exc:  # an async caller cannot store them
         raise BrokerUnavailable(
             f"Redis is unreachable and the outbox could not store {len(messages)} task(s): {exc}"
         ) from exc
     logger.info("%d task(s) kept in the outbox while Redis is unreachable", len(messages))
+
+
+def _refusal(message: TaskMessage, outcome: int | Exception) -> Exception:
+    """The error `enqueue()` would raise for a task `send_outboxed` did not write."""
+    if isinstance(outcome, Exception):
+        return outcome
+    if outcome == OUTBOX_SENT_BEFORE:
+        return TaskIdConflict(
+            f"A task with id {message.id!r} already exists in queue {message.queue!r}, or was sent "
+            "there from the outbox less than a minute ago."
+        )
+    return DuplicateTask(
+        f"Task {message.task!r} with unique key {message.unique_key!r} is already queued in queue "
+        f"{message.queue!r}."
+    )
 
 
 def store(messages: Sequence[TaskMessage], *, using: str) -> None:
@@ -175,19 +229,29 @@ def _statements(using: str) -> _Statements:
 
 
 def send_stored(messages: Sequence[TaskMessage], *, announce: Announce, using: str) -> None:
-    """After the commit: send the stored `messages`, then delete their rows. Raises nothing:
-    the transaction has committed, and a row left behind is the relay's to send."""
-    if _paused():
+    """After the commit: send the stored `messages`, then delete their rows. Whatever Redis or
+    the database does, it raises nothing: the transaction has committed, and a row left behind
+    is the relay's to send. (The error of a test's interceptor, an eager run's, does pass.)"""
+    if redis_recently_away():
         return
     try:
         outcomes = get_broker().send_outboxed(messages)
     except BrokerUnavailable as exc:
         _pause(exc)
         return
-    except Exception:
+    except redis.RedisError:
         logger.exception("could not send %d task(s) from the outbox; a worker will retry", len(messages))
         return
     done = [m for m, outcome in zip(messages, outcomes, strict=True) if not isinstance(outcome, Exception)]
+    for message, outcome in zip(messages, outcomes, strict=True):
+        if outcome == OUTBOX_SENT_BEFORE:
+            logger.warning(
+                "outbox: task %s (%s) not sent: a task with its id is in queue %r, or was sent there "
+                "from the outbox less than a minute ago",
+                message.id,
+                message.task,
+                message.queue,
+            )
     _report_dropped(messages, outcomes)
     try:
         announce([m for m, outcome in zip(messages, outcomes, strict=True) if outcome == OUTBOX_SENT])
@@ -195,7 +259,7 @@ def send_stored(messages: Sequence[TaskMessage], *, announce: Announce, using: s
         logger.exception("a task_enqueued receiver failed")
     try:
         _delete_sent(done, using=using)
-    except DatabaseError as exc:
+    except DjangoDatabaseError as exc:
         # Sent all the same: the relay finds the rows, and sending them again writes nothing.
         logger.warning("sent %d task(s) but could not delete their outbox rows: %s", len(done), exc)
 
@@ -206,15 +270,16 @@ def relay(broker: Broker, *, using: str, announce: Announce, limit: int = RELAY_
 
     Rows whose task Redis has (sent before) are deleted; rows that cannot be sent (a corrupt
     message, a script's error) are kept with the error and tried again later, backing off.
-    Raises BrokerUnavailable (the rows are due again at once) and DatabaseError.
+    Raises BrokerUnavailable (the rows are due again at once) and DatabaseError. Times are the
+    database's, so that relays on hosts whose clocks disagree agree on leases.
     """
     from .models import OutboxTask
 
-    now = timezone.now()
     lease = uuid.uuid4().hex
-    if not _take(using=using, now=now, lease=lease, limit=limit):
+    pks = _take(using=using, lease=lease, limit=limit)
+    if not pks:
         return 0
-    rows = list(OutboxTask.objects.using(using).filter(lease=lease).order_by("pk"))
+    rows = list(OutboxTask.objects.using(using).filter(pk__in=pks, lease=lease).order_by("pk"))
     parsed: list[tuple[OutboxTask, TaskMessage]] = []
     failed: list[tuple[OutboxTask, str]] = []
     for row in rows:
@@ -226,7 +291,9 @@ def relay(broker: Broker, *, using: str, announce: Announce, limit: int = RELAY_
     try:
         outcomes = broker.send_outboxed(messages) if messages else []
     except BrokerUnavailable:
-        OutboxTask.objects.using(using).filter(lease=lease).update(lease="", next_attempt_at=now)
+        OutboxTask.objects.using(using).filter(pk__in=pks, lease=lease).update(
+            lease="", next_attempt_at=Now()
+        )
         raise
     done = []
     for (row, _), outcome in zip(parsed, outcomes, strict=True):
@@ -237,7 +304,7 @@ def relay(broker: Broker, *, using: str, announce: Announce, limit: int = RELAY_
     _report_dropped(messages, outcomes)
     _delete(done, using=using)
     for row, error in failed:
-        _retry_later(row, error, now=now, using=using)
+        _retry_later(row, error, using=using)
     sent = [message for message, outcome in zip(messages, outcomes, strict=True) if outcome == OUTBOX_SENT]
     if sent:
         logger.info("relayed %d task(s) from the outbox", len(sent))
@@ -248,22 +315,30 @@ def relay(broker: Broker, *, using: str, announce: Announce, limit: int = RELAY_
     return len(rows)
 
 
-def forget_sent(broker: Broker, *, using: str) -> int:
+def forget_sent(broker: Broker, *, using: str, budget: float = FORGET_BUDGET) -> int:
     """Forget the ids the queues keep of sent tasks whose outbox rows are gone (for longer than
-    FORGET_AFTER_SECONDS); return how many."""
+    FORGET_AFTER_SECONDS), a page at a time for about `budget` seconds; return how many."""
     from .models import OutboxTask
 
     before_ms = broker.server_now_ms() - int(FORGET_AFTER_SECONDS * 1000)
-    marked = broker.outboxed_before(broker.known_queues(), before_ms, limit=FORGET_BATCH)
-    if not marked:
-        return 0
-    ids = sorted({task_id for found in marked.values() for task_id in found})
-    rows = OutboxTask.objects.using(using)
-    kept = set(rows.filter(task_id__in=ids).values_list("task_id", flat=True))
-    forget = {queue: [i for i in found if i not in kept] for queue, found in marked.items()}
-    forget = {queue: found for queue, found in forget.items() if found}
-    broker.forget_outboxed(forget)
-    return sum(map(len, forget.values()))
+    starts = dict.fromkeys(broker.known_queues(), 0)  # per queue: the ids kept so far, at its head
+    deadline = time.monotonic() + budget
+    forgotten = 0
+    while starts:
+        marked = broker.outboxed_before(starts, before_ms, limit=FORGET_BATCH)
+        ids = sorted({task_id for found in marked.values() for task_id in found})
+        kept = set(OutboxTask.objects.using(using).filter(task_id__in=ids).values_list("task_id", flat=True))
+        forget = {queue: [i for i in found if i not in kept] for queue, found in marked.items()}
+        broker.forget_outboxed({queue: found for queue, found in forget.items() if found})
+        forgotten += sum(map(len, forget.values()))
+        starts = {
+            queue: starts[queue] + len(found) - len(forget[queue])
+            for queue, found in marked.items()
+            if len(found) == FORGET_BATCH
+        }
+        if time.monotonic() >= deadline:
+            break
+    return forgotten
 
 
 def outbox_stats(*, using: str | None = None) -> OutboxStats:
@@ -280,23 +355,25 @@ def outbox_stats(*, using: str | None = None) -> OutboxStats:
     return OutboxStats(**found)
 
 
-def _take(*, using: str, now: datetime, lease: str, limit: int) -> int:
-    """Lease up to `limit` due rows to this pass; return how many it got."""
+def _take(*, using: str, lease: str, limit: int) -> list[int]:
+    """Lease up to `limit` due rows to this pass; return their pks."""
     from .models import OutboxTask
 
     rows = OutboxTask.objects.using(using)
-    due = rows.filter(next_attempt_at__lte=now).order_by("pk")
-    until = now + timedelta(seconds=LEASE_SECONDS)
+    due = rows.filter(next_attempt_at__lte=Now()).order_by("pk")
+    until = Now() + timedelta(seconds=LEASE_SECONDS)
     pks = list(due.values_list("pk", flat=True)[:limit])  # one query on every pass of every relay
     if not pks:
-        return 0
+        return []
     if connections[using].features.has_select_for_update_skip_locked:
         # Rows another relay is leasing are skipped, not waited for: it takes the next ones.
         with transaction.atomic(using=using):
             pks = list(due.select_for_update(skip_locked=True).values_list("pk", flat=True)[:limit])
-            return rows.filter(pk__in=pks).update(next_attempt_at=until, lease=lease) if pks else 0
+            rows.filter(pk__in=pks).update(next_attempt_at=until, lease=lease)
+        return pks
     # One statement, atomic: a row another relay leased meanwhile is no longer due.
-    return rows.filter(pk__in=pks, next_attempt_at__lte=now).update(next_attempt_at=until, lease=lease)
+    rows.filter(pk__in=pks, next_attempt_at__lte=Now()).update(next_attempt_at=until, lease=lease)
+    return pks  # those another relay took are not this lease's: relay() reads by both
 
 
 def _delete_sent(messages: Sequence[TaskMessage], *, using: str) -> None:
@@ -321,7 +398,7 @@ def _delete(pks: Sequence[int], *, using: str) -> None:
         OutboxTask.objects.using(using).filter(pk__in=pks).delete()
 
 
-def _retry_later(row: OutboxTask, error: str, *, now: datetime, using: str) -> None:
+def _retry_later(row: OutboxTask, error: str, *, using: str) -> None:
     attempts = row.attempts + 1
     wait = min(MAX_RETRY_SECONDS, 2.0**attempts)
     logger.warning(
@@ -333,7 +410,7 @@ def _retry_later(row: OutboxTask, error: str, *, now: datetime, using: str) -> N
         error,
     )
     type(row).objects.using(using).filter(pk=row.pk).update(
-        attempts=attempts, last_error=error, lease="", next_attempt_at=now + timedelta(seconds=wait)
+        attempts=attempts, last_error=error, lease="", next_attempt_at=Now() + timedelta(seconds=wait)
     )
 
 
@@ -348,15 +425,9 @@ def _report_dropped(messages: Sequence[TaskMessage], outcomes: Sequence[int | Ex
             )
 
 
-def _paused() -> bool:
-    return time.monotonic() < _paused_until
-
-
 def _pause(exc: BrokerUnavailable) -> None:
-    global _paused_until
-    if not _paused():
+    if note_redis_away(PAUSE_AFTER_OUTAGE):
         logger.warning(
             "Redis is unreachable (%s): tasks wait in the outbox, and workers send them once it is back",
             exc,
         )
-    _paused_until = time.monotonic() + PAUSE_AFTER_OUTAGE

@@ -12,15 +12,17 @@ from datetime import timedelta
 import pytest
 from django.core import checks
 from django.db import connection, transaction
+from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_rtq import outbox, signals
 from django_rtq.backends import TaskResultStatus
+from django_rtq.broker import TaskMessage
 from django_rtq.broker.broker import OUTBOX_DROPPED, OUTBOX_SENT, OUTBOX_SENT_BEFORE
 from django_rtq.checks import check_outbox_table
-from django_rtq.connection import get_broker, reset_broker
-from django_rtq.exceptions import BrokerUnavailable
+from django_rtq.connection import get_broker, note_redis_away, redis_recently_away, reset_broker
+from django_rtq.exceptions import BrokerUnavailable, DuplicateTask, TaskIdConflict
 from django_rtq.models import OutboxTask
 from django_rtq.outbox import OutboxStats, forget_sent, outbox_stats, relay
 from django_rtq.registry import announce_enqueued
@@ -32,12 +34,6 @@ from tests.testapp import dtasks, tasks
 from tests.testapp.tasks import report_key
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def no_pause(monkeypatch):
-    """Each test starts with a process that has not seen Redis away."""
-    monkeypatch.setattr(outbox, "_paused_until", 0.0)
 
 
 @pytest.fixture
@@ -157,11 +153,63 @@ def test_outside_a_transaction_redis_away_keeps_the_task_in_the_outbox(redis_awa
 
 
 def test_an_id_conflict_or_a_held_lock_at_enqueue_outside_a_transaction_still_raises(broker):
-    from django_rtq.exceptions import TaskIdConflict
-
     tasks.add.using(task_id="order-1").enqueue_on_commit(1, 2)
     with pytest.raises(TaskIdConflict):
         tasks.add.using(task_id="order-1").enqueue_on_commit(1, 2)
+    tasks.add.using(unique=True).enqueue(5, 6)
+    with pytest.raises(DuplicateTask):
+        tasks.add.using(unique=True).enqueue_on_commit(5, 6)
+
+
+def test_outside_a_transaction_a_lost_reply_keeps_the_task_but_never_makes_it_twice(broker, monkeypatch):
+    send = type(broker).send_outboxed
+
+    def reply_lost(self, messages):
+        send(self, messages)  # Redis took the task...
+        raise BrokerUnavailable("Redis is unreachable: the connection broke before the reply")
+
+    monkeypatch.setattr(type(broker), "send_outboxed", reply_lost)
+    message = tasks.add.enqueue_on_commit(1, 2)
+    monkeypatch.undo()
+    assert list(OutboxTask.objects.values_list("task_id", flat=True)) == [message.id]  # ...kept too
+    [claimed] = claim_ids(broker, "default")
+    broker.complete("default", [done(claimed)], worker_id=WORKER)  # it ran, and left Redis
+
+    reset_broker()  # Redis is back
+    make_due()
+    assert relay_all(get_broker()) == 1
+    assert live_ids(broker) == set()
+    assert not OutboxTask.objects.exists()
+
+
+def test_enqueue_on_commit_in_a_manual_transaction_is_refused_as_on_commit_is(broker):
+    transaction.set_autocommit(False)
+    try:
+        with pytest.raises(TransactionManagementError):
+            tasks.add.enqueue_on_commit(1, 2)
+    finally:
+        transaction.rollback()
+        transaction.set_autocommit(True)
+    assert live_ids(broker) == set()
+
+
+def test_an_id_sent_before_at_the_commit_is_not_sent_again_and_warned_of(broker, caplog):
+    caplog.set_level(logging.WARNING, "django_rtq.outbox")
+    tasks.add.using(task_id="nightly-7").enqueue(1, 2)
+    with transaction.atomic():
+        tasks.add.using(task_id="nightly-7").enqueue_on_commit(3, 4)
+
+    stored = broker.client.hget(broker.queue("default").msg, "nightly-7")
+    assert TaskMessage.from_json(stored, id="nightly-7", queue="default").args == [1, 2]  # the first one
+    assert not OutboxTask.objects.exists()
+    assert "not sent: a task with its id is in queue 'default'" in caplog.text
+
+
+def test_forgetting_the_pause_with_the_broker(broker):
+    note_redis_away(60)
+    assert redis_recently_away()
+    reset_broker()
+    assert not redis_recently_away()
 
 
 def test_with_the_outbox_off_the_task_is_sent_at_the_commit_without_a_row(settings, broker):
@@ -268,34 +316,42 @@ def test_a_row_whose_unique_lock_is_held_is_dropped_and_logged(broker, caplog):
     assert "dropped: a task with its unique key" in caplog.text
 
 
-def test_two_relays_at_once_take_different_rows_and_make_each_task_once(broker):
+def test_relays_at_once_take_different_rows_each_sent_once(broker, monkeypatch):
     messages = [tasks.add.prepare(i, i) for i in range(1200)]
     outbox.store(messages, using="default")
     make_due()
-    taken = []
+    sent: list[str] = []  # every id any relay passed to Redis
+    send = type(broker).send_outboxed
+
+    def counted(self, batch):
+        sent.extend(message.id for message in batch)
+        return send(self, batch)
+
+    monkeypatch.setattr(type(broker), "send_outboxed", counted)
     errors = []
 
     def one_relay():
         try:
-            while count := relay(broker, using="default", announce=announce_enqueued, limit=100):
-                taken.append(count)
+            while relay(broker, using="default", announce=announce_enqueued, limit=50):
+                pass
         except Exception as exc:
             errors.append(exc)
         finally:
             connection.close()
 
-    relays = [threading.Thread(target=one_relay) for _ in range(2)]
+    relays = [threading.Thread(target=one_relay) for _ in range(3)]
     for thread in relays:
         thread.start()
     for thread in relays:
         thread.join(60)
-
     if connection.vendor == "sqlite":
         # SQLite serializes writers: a relay may find the database locked, and try on its next pass.
         errors = [e for e in errors if "locked" not in str(e)]
-        relay_all(broker)
+        while relay_all(broker):
+            pass
+
     assert errors == []
-    assert live_ids(broker) == {m.id for m in messages}
+    assert sorted(sent) == sorted(m.id for m in messages)  # the leases: no row sent twice
     assert broker.client.zcard(broker.queue("default").pending) == 1200
     assert not OutboxTask.objects.exists()
 
@@ -304,11 +360,10 @@ def test_a_relay_that_died_leaves_its_rows_to_another_after_the_lease(broker, mo
     messages = [tasks.add.prepare(i, i) for i in range(3)]
     outbox.store(messages, using="default")
     make_due()
-    now = timezone.now()
-    assert outbox._take(using="default", now=now, lease="dead-relay", limit=10) == 3  # then it died
+    assert len(outbox._take(using="default", lease="dead-relay", limit=10)) == 3  # then it died
 
     assert relay_all(broker) == 0  # leased
-    OutboxTask.objects.update(next_attempt_at=now - timedelta(seconds=1))  # the lease ran out
+    make_due()  # the lease ran out
     assert relay_all(broker) == 3
     assert live_ids(broker) == {m.id for m in messages}
 
@@ -455,7 +510,7 @@ def test_the_backend_with_outbox_sends_a_task_enqueued_in_a_transaction_at_the_c
 
 
 def test_the_backend_reports_a_task_waiting_in_the_outbox_as_ready(outbox_backend, broker, monkeypatch):
-    monkeypatch.setattr(outbox, "_paused_until", float("inf"))  # Redis was away: left to the relay
+    note_redis_away(60)  # Redis was away moments ago: the task is left to the relay
     with transaction.atomic():
         result = dtasks.multiply.enqueue(2, 3)
 
@@ -549,3 +604,47 @@ def test_the_relay_warns_once_while_the_database_is_away(broker, monkeypatch, ca
     messages = [r.getMessage() for r in caplog.records]
     assert sum("cannot read the outbox" in m for m in messages) == 1
     assert sum("can be read again" in m for m in messages) == 1
+
+
+# What the review found
+
+
+def test_a_unique_task_whose_send_failed_half_way_is_not_dropped_by_its_own_lock(broker):
+    message = tasks.add.using(unique=True).prepare(1, 2)
+    lock = broker.queue("default").unique(message.unique_key)
+    broker.client.set(lock, message.id)  # written before the send's error
+
+    assert broker.send_outboxed([message]) == [OUTBOX_SENT]
+    assert live_ids(broker) == {message.id}
+
+
+def test_the_relay_forgets_sent_ids_page_after_page_past_those_whose_rows_remain(broker):
+    key = broker.queue("default").outboxed
+    ids = [f"old-{i:04}" for i in range(1300)]
+    broker.client.zadd(key, dict.fromkeys(ids, 1))  # sent long ago
+    broker.register_queues(["default"])
+    kept = [tasks.add.using(task_id=task_id).prepare(1, 2) for task_id in ids[:600]]
+    outbox.store(kept, using="default")  # the oldest 600 still have rows
+
+    assert forget_sent(broker, using="default") == 700
+
+    assert broker.client.zrange(key, 0, -1) == ids[:600]
+
+
+def test_an_eager_run_of_a_task_enqueued_on_commit_raises_its_error(broker):
+    from django_rtq.testing import run_eagerly
+
+    with run_eagerly(), pytest.raises(ValueError, match="always fails"), transaction.atomic():
+        tasks.always_fails.enqueue_on_commit("eager")
+
+
+def test_an_async_caller_whose_fallback_cannot_store_gets_broker_unavailable(redis_away, settings):
+    import asyncio
+
+    settings.RTQ = {**settings.RTQ, "OUTBOX_FALLBACK": True}
+
+    async def view():
+        tasks.add.enqueue(1, 2)
+
+    with pytest.raises(BrokerUnavailable, match="could not store"):
+        asyncio.run(view())

@@ -356,20 +356,24 @@ class Broker:
         self.register_queues(by_queue)
         return outcomes
 
-    def outboxed_before(self, queues: Iterable[str], before_ms: int, *, limit: int) -> dict[str, list[str]]:
-        """The ids each queue's `outboxed` set has held since before `before_ms` (up to `limit`
-        per queue), for the relay to forget those whose outbox rows are gone."""
-        queues = list(queues)
+    def outboxed_before(self, starts: dict[str, int], before_ms: int, *, limit: int) -> dict[str, list[str]]:
+        """The ids each queue's `outboxed` set has held since before `before_ms`, oldest first,
+        from position `starts[queue]` on (up to `limit` per queue): for the relay to forget those
+        whose outbox rows are gone."""
+        queues = list(starts)
         with translate_errors():
             pipe = self.client.pipeline(transaction=False)
             for queue in queues:
-                pipe.zrangebyscore(self.queue(queue).outboxed, "-inf", f"({before_ms}", start=0, num=limit)
+                key = self.queue(queue).outboxed
+                pipe.zrangebyscore(key, "-inf", f"({before_ms}", start=starts[queue], num=limit)
             replies = pipe.execute(raise_on_error=False)
         # A queue whose key is of the wrong type has nothing to forget: its sends report it.
         found = zip(queues, replies, strict=True)
         return {queue: ids for queue, ids in found if isinstance(ids, list) and ids}
 
     def forget_outboxed(self, ids_by_queue: dict[str, Sequence[str]]) -> None:
+        if not ids_by_queue:
+            return
         with translate_errors():
             pipe = self.client.pipeline(transaction=False)
             for queue, ids in ids_by_queue.items():

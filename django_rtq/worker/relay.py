@@ -32,8 +32,9 @@ class Relay(Component):
 
     def run_once(self, *, max_batches: int | None = None) -> int:
         """Relay the rows due (or up to `max_batches` batches of them); return how many it took."""
+        # The connection stays open between passes (a relay polls every second); it is closed
+        # after an error, and opened again by the next pass.
         connection = connections[self.using]
-        connection.close_if_unusable_or_obsolete()
         taken, batches = 0, 0
         try:
             while max_batches is None or batches < max_batches:

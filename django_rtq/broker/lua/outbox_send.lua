@@ -46,7 +46,11 @@ for i = FIRST, #ARGV, FIELDS do
   local unique_index = tonumber(ARGV[i + 4])
   local lock = nil
   if unique_index > 0 then lock = KEYS[unique_index] end
-  if code == 0 and lock and redis.call('EXISTS', lock) == 1 then code = 2 end
+  -- A lock of its own is from a send of this row that failed half-way: not a duplicate.
+  if code == 0 and lock then
+    local holder = redis.call('GET', lock)
+    if holder and holder ~= id then code = 2 end
+  end
   if code == 0 then
     add_task(q, id, ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), lock, tonumber(ARGV[i + 5]))
   end
