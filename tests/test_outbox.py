@@ -638,10 +638,13 @@ def test_an_eager_run_of_a_task_enqueued_on_commit_raises_its_error(broker):
         tasks.always_fails.enqueue_on_commit("eager")
 
 
-def test_an_async_caller_whose_fallback_cannot_store_gets_broker_unavailable(redis_away, settings):
+def test_an_async_caller_whose_fallback_cannot_store_gets_broker_unavailable(
+    redis_away, settings, monkeypatch
+):
     import asyncio
 
     settings.RTQ = {**settings.RTQ, "OUTBOX_FALLBACK": True}
+    monkeypatch.delenv("DJANGO_ALLOW_ASYNC_UNSAFE", raising=False)  # the browser tests set it
 
     async def view():
         tasks.add.enqueue(1, 2)

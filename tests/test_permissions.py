@@ -171,6 +171,7 @@ API_ROUTES = [
         202,
         effect={"archived": None, "waiting": None, "scheduled": None, "pending": None},
     ),
+    Route("GET", "outbox/", needs(VIEW), 200),
     Route("GET", "workers/", needs(VIEW), 200),
     Route("GET", "finished/", needs(HISTORY), 200),
     Route("GET", "schema/?format=json", ANY, 200),
@@ -335,6 +336,7 @@ ADMIN_ROUTES = [
     Route("GET", ADMIN + f"tasks/archived/?queue={Q}", needs(VIEW), 200),
     Route("GET", ADMIN + "workers/", needs(VIEW), 200),
     Route("GET", ADMIN + "periodic/", needs(VIEW), 200),
+    Route("GET", ADMIN + "outbox/", needs(VIEW), 200),
     Route("GET", "task:{archived}", needs(VIEW), 200),
     Route("GET", "task:no-such-task", needs(VIEW), 404),
     Route("POST", ACTION, needs(CHANGE), 200, run_data()),  # the confirmation page
