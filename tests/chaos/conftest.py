@@ -24,11 +24,12 @@ def redis_servers():
 
 @pytest.fixture
 def chaos_project(tmp_path):
-    """Make the chaos project in tmp_path (migrated) for a Redis URL: `chaos_project(url, worker_url=)`."""
+    """Make the chaos project in tmp_path (migrated) for a Redis URL: `chaos_project(url, worker_url=,
+    database="sqlite" or "postgresql", tasks_outbox=False)`."""
     made = []
 
-    def make(redis_url: str, worker_url: str | None = None) -> Chaos:
-        chaos = Chaos(tmp_path, redis_url, worker_url)
+    def make(redis_url: str, worker_url: str | None = None, **options) -> Chaos:
+        chaos = Chaos(tmp_path, redis_url, worker_url, **options)
         made.append(chaos)
         return chaos
 

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import math
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
 import pytest
 import redis
 
@@ -32,6 +35,10 @@ QUEUE = "default"
 LIVE_STATES = ("pending", "active", "scheduled", "retry")
 #: How often the pid watcher looks for processes that died.
 WATCH_SECONDS = 0.05
+#: The databases the project can run on (`Chaos(database=...)`).
+DATABASES = ("sqlite", "postgresql")
+#: Numbers the throwaway PostgreSQL databases of this process: chaos_<pid>_<n>.
+_pg_databases = itertools.count(1)
 
 
 def every(period: float, count: int) -> Iterator[int]:
@@ -82,13 +89,77 @@ class Redis:
     def restart(self, down_seconds: float) -> None:
         """SIGKILL the server (only its append-only file, if any, survives), keep it down for
         `down_seconds`, start it again on the same port and directory; return once it answers."""
-        self.server.kill()
+        self.down()
         time.sleep(down_seconds)  # the fault itself: how long Redis is gone
+        self.up()
+
+    def down(self) -> None:
+        """SIGKILL the server: nothing answers on its port until `up()`."""
+        self.server.kill()
+
+    def up(self) -> None:
+        """Start the server again on its port and directory; return once it answers."""
         self.server = RedisProcess(*self.extra, port=self.port, directory=self.server.dir).start(timeout=30)
 
     def stop(self) -> None:
         self.server.stop()
         cleanup_dir(self.server.dir)
+
+
+class SQLiteDatabase:
+    """The project's database as a SQLite file, read directly by the checks."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._connection: sqlite3.Connection | None = None
+
+    def env(self) -> dict[str, str]:
+        return {"CHAOS_DATABASE": str(self.path)}
+
+    def rows(self, sql: str) -> list[tuple]:
+        if self._connection is None:
+            # Autocommit, and a busy timeout: the workers write to the file meanwhile.
+            self._connection = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        return self._connection.execute(sql).fetchall()
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+
+
+class PostgresDatabase:
+    """A throwaway PostgreSQL database for the project, `chaos_<pid>_<n>`, dropped at close."""
+
+    def __init__(self) -> None:
+        self.name = f"chaos_{os.getpid()}_{next(_pg_databases)}"
+        with self._connect("postgres") as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {self.name}")
+            admin.execute(f"CREATE DATABASE {self.name}")
+        self._connection: psycopg.Connection | None = None
+
+    @staticmethod
+    def _connect(name: str) -> psycopg.Connection:
+        return psycopg.connect(
+            dbname=name,
+            host=os.environ.get("RTQ_TEST_PGHOST", "127.0.0.1"),
+            port=os.environ.get("RTQ_TEST_PGPORT", "5432"),
+            user=os.environ.get("RTQ_TEST_PGUSER", "postgres"),
+            autocommit=True,
+        )
+
+    def env(self) -> dict[str, str]:
+        return {"CHAOS_PG_NAME": self.name}
+
+    def rows(self, sql: str) -> list[tuple]:
+        if self._connection is None:
+            self._connection = self._connect(self.name)
+        return self._connection.execute(sql).fetchall()
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+        with self._connect("postgres") as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {self.name} WITH (FORCE)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,15 +284,28 @@ class Chaos:
     """The chaos project of one test: its directory, database, workers, clients and run records.
 
     Enqueueing clients and the checks talk to Redis at `redis_url`; workers at `worker_url`
-    (a proxy in front of it, say), unless told otherwise."""
+    (a proxy in front of it, say), unless told otherwise. The database is a SQLite file, or
+    with `database="postgresql"` a throwaway PostgreSQL database; `tasks_outbox` turns on the
+    tasks backend's OUTBOX option."""
 
-    def __init__(self, directory: Path, redis_url: str, worker_url: str | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        redis_url: str,
+        worker_url: str | None = None,
+        *,
+        database: str = "sqlite",
+        tasks_outbox: bool = False,
+    ) -> None:
+        assert database in DATABASES, database
         self.dir = directory
         self.redis_url = redis_url
         self.worker_url = worker_url or redis_url
+        self.tasks_outbox = tasks_outbox
         self.events = directory / "events"
         self.events.mkdir()
         self.database = directory / "chaos.sqlite3"
+        self.db = SQLiteDatabase(self.database) if database == "sqlite" else PostgresDatabase()
         self.keys = Keyspace(KEY_PREFIX).queue(QUEUE)
         self.client = redis.Redis.from_url(redis_url, decode_responses=True, socket_timeout=5)
         self.workers: list[Worker] = []
@@ -229,7 +313,12 @@ class Chaos:
         self.kills: list[tuple[int, float]] = []  # pid, when it was dead
         self.runlog = RunLog(self.events)
         self.watch = PidWatch(self.events)
-        self.manage("migrate", "--verbosity", "0")
+        try:
+            self.manage("migrate", "--verbosity", "0")
+        except BaseException:
+            self.watch.stop()
+            self.db.close()  # a throwaway PostgreSQL database is dropped even so
+            raise
 
     # processes
 
@@ -242,7 +331,10 @@ class Chaos:
             "CHAOS_REDIS_URL": redis_url,
             "CHAOS_KEY_PREFIX": KEY_PREFIX,
             "CHAOS_EVENTS": str(self.events),
+            "CHAOS_TASKS_OUTBOX": "1" if self.tasks_outbox else "0",
         }
+        env.pop("CHAOS_PG_NAME", None)
+        env.update(self.db.env())
         for name in ("RTQ_REDIS_URL", "RTQ_TEST_PREFIX", "RTQ_TEST_LEASE"):
             env.pop(name, None)  # the test suite's own settings are not the project's
         return env
@@ -303,6 +395,44 @@ class Chaos:
         self.clients.append((process, out))
         return process
 
+    def orders(
+        self, calls: list[tuple[str, int, bool]], *, django_task: bool = False, name: str = "orders"
+    ) -> subprocess.Popen:
+        """Start a client of the project making one request per `(key, ms, commits)`: each
+        places the order `key` and enqueues its task on commit (`chaos_receipt(key, ms)`, or
+        with `django_task` `chaos_sleep(key, ms)` through Django's API); a request that does
+        not commit fails after the enqueue, and its transaction rolls back."""
+        specs = self.dir / f"{name}.specs"
+        specs.write_text(
+            "".join(f"{key} {ms} {'commit' if commits else 'rollback'}\n" for key, ms, commits in calls)
+        )
+        out = self.dir / f"{name}.out"
+        out.touch()
+        command = ["-m", "chaosapp.client", "orders", str(specs), str(out)]
+        with open(self.dir / f"{name}.log", "a") as log:
+            process = subprocess.Popen(
+                [sys.executable, *command, *(["--django-task"] if django_task else [])],
+                env=self.env(self.redis_url),
+                cwd=self.dir,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        self.clients.append((process, out))
+        return process
+
+    def rolled_back(self) -> set[str]:
+        """The keys of the requests that failed as asked (their transaction rolled back)."""
+        lines = [line.split() for _, out in self.clients for line in out.read_text().splitlines()]
+        return {parts[1] for parts in lines if parts[0] == "rolled_back"}
+
+    def request_seconds(self, name: str = "orders") -> tuple[float, float]:
+        """How long the requests of the `orders` client `name` took, all and the slowest one."""
+        for line in (self.dir / f"{name}.out").read_text().splitlines():
+            if line.startswith("done "):
+                _, total, slowest = line.split()
+                return float(total), float(slowest)
+        raise AssertionError(f"the client {name} did not finish")
+
     def clients_done(self) -> bool:
         return all(process.poll() is not None for process, _ in self.clients)
 
@@ -348,6 +478,27 @@ class Chaos:
                 process.wait()
         self.watch.stop()
         self.client.close()
+        self.db.close()
+
+    # the database
+
+    def outbox_count(self, *, leased: bool = False) -> int:
+        """How many tasks wait in the outbox (or, with `leased`, are held by a relay pass)."""
+        where = " WHERE lease <> ''" if leased else ""
+        return self.db.rows(f"SELECT COUNT(*) FROM django_rtq_outboxtask{where}")[0][0]
+
+    def outbox_task_ids(self, *, leased: bool = False) -> list[str]:
+        """The ids of the tasks waiting in the outbox (or, with `leased`, held by a relay pass)."""
+        where = " WHERE lease <> ''" if leased else ""
+        return [task_id for (task_id,) in self.db.rows(f"SELECT task_id FROM django_rtq_outboxtask{where}")]
+
+    def outbox_keys(self) -> list[str]:
+        """The key (first argument) of each task waiting in the outbox."""
+        messages = self.db.rows("SELECT message FROM django_rtq_outboxtask")
+        return [json.loads(message)["args"][0] for (message,) in messages]
+
+    def order_keys(self) -> list[str]:
+        return [key for (key,) in self.db.rows("SELECT key FROM chaosapp_order")]
 
     # Redis
 
@@ -372,6 +523,18 @@ class Chaos:
             time.sleep(0.1)
         return None
 
+    def outboxed(self, task_ids: list[str]) -> int:
+        """How many of `task_ids` the outbox has sent to the queue (its `outboxed` set has them)."""
+        if not task_ids:
+            return 0
+        return sum(score is not None for score in self.client.zmscore(self.keys.outboxed, task_ids))
+
+    def settled(self) -> int:
+        """How many runs Redis counted as finished (its per-day `processed` counters), once per
+        task that succeeded: a run cut by a kill, or ended but not settled before it, is not."""
+        counters = list(self.client.scan_iter(match=self.keys.processed("*")))
+        return sum(int(value or 0) for value in self.client.mget(counters)) if counters else 0
+
     def run_queue(self) -> int:
         """How many tasks are live (pending, active, scheduled, retry); -1 if Redis does not answer."""
         sizes = self.sizes()
@@ -384,6 +547,18 @@ class Chaos:
             timeout,
             message=f"{count} handler runs to start",
         )
+
+    def wait_ran(self, keys: Iterable[str], timeout: float) -> float | None:
+        """Wait until each of `keys` has a run that ended; return when (time.time()), or None
+        if that did not happen within `timeout` seconds (verify() then names the lost ones)."""
+        keys = set(keys)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ended = self.runlog.refresh().ended
+            if all(ended[key] for key in keys):
+                return time.time()
+            time.sleep(0.05)
+        return None
 
     def wait_ended(self, count: int, timeout: float = 60) -> None:
         wait_for(

@@ -1,1 +1,2 @@
-"""The chaos project's only app: one task, its run records and a client."""
+"""The chaos project's only app: two tasks, their run records, an order model and its views,
+and a client."""

@@ -1,13 +1,22 @@
 """What the project's own code does, as a process of its own:
 
     python -m chaosapp.client enqueue SPECS OUT [--batch N] [--interval SECONDS]
+    python -m chaosapp.client orders SPECS OUT [--django-task]
     python -m chaosapp.client results IDS
 
 `enqueue` reads `<key> <ms>` lines and enqueues `chaos_sleep(key, ms)`, one by one through
 Django's task API or `--batch` at a time through `django_rtq.enqueue_many`, a batch every
 `--interval` seconds; it appends `ok <key> <id>` once an enqueue returned (acknowledged),
-`fail <key> <error>` if it raised, and `done` at the end. `results` prints how Django's
-`get_result` reports the ids of a file, as JSON."""
+`fail <key> <error>` if it raised, and `done` at the end.
+
+`orders` reads `<key> <ms> commit` or `<key> <ms> rollback` lines and makes one request per
+line through Django's handler and middleware (the test client): POST /orders/<key> (with
+`--django-task`, /orders/<key>/django-task), and `?fail=1` for a rollback. It appends `ok <key>
+<task id>` once a commit answered 200, `rolled_back <key> <status>` once a rollback answered
+500, `fail <key> <status>` for any other answer, and at the end `done <seconds> <slowest>`: how
+long the requests took, all and the slowest one.
+
+`results` prints how Django's `get_result` reports the ids of a file, as JSON."""
 
 import argparse
 import json
@@ -16,6 +25,8 @@ import time
 import django
 
 django.setup()
+
+from django.test import Client  # noqa: E402
 
 from chaosapp.tasks import chaos_sleep  # noqa: E402
 from django_rtq import enqueue_many  # noqa: E402
@@ -53,6 +64,29 @@ def enqueue(specs_path: str, out_path: str, batch: int, interval: float) -> None
         out.write("done\n")
 
 
+def orders(specs_path: str, out_path: str, django_task: bool) -> None:
+    client = Client(raise_request_exception=False)
+    suffix = "/django-task" if django_task else ""
+    with open(specs_path) as specs:
+        calls = [line.split() for line in specs if line.strip()]
+    start = time.monotonic()
+    slowest = 0.0
+    with open(out_path, "a") as out:
+        for key, ms, outcome in calls:
+            query = f"ms={ms}&fail=1" if outcome == "rollback" else f"ms={ms}"
+            sent = time.monotonic()
+            response = client.post(f"/orders/{key}{suffix}?{query}")
+            slowest = max(slowest, time.monotonic() - sent)
+            if outcome == "commit" and response.status_code == 200:
+                out.write(f"ok {key} {response.content.decode()}\n")
+            elif outcome == "rollback" and response.status_code == 500:
+                out.write(f"rolled_back {key} {response.status_code}\n")
+            else:
+                out.write(f"fail {key} {response.status_code}\n")
+            out.flush()
+        out.write(f"done {time.monotonic() - start:.3f} {slowest:.3f}\n")
+
+
 def results(ids_path: str) -> None:
     counts: dict[str, int] = {}
     bad = []
@@ -78,11 +112,17 @@ def main() -> None:
     enqueue_parser.add_argument("out")
     enqueue_parser.add_argument("--batch", type=int, default=1)
     enqueue_parser.add_argument("--interval", type=float, default=0.0)
+    orders_parser = commands.add_parser("orders")
+    orders_parser.add_argument("specs")
+    orders_parser.add_argument("out")
+    orders_parser.add_argument("--django-task", action="store_true")
     results_parser = commands.add_parser("results")
     results_parser.add_argument("ids")
     args = parser.parse_args()
     if args.command == "enqueue":
         enqueue(args.specs, args.out, args.batch, args.interval)
+    elif args.command == "orders":
+        orders(args.specs, args.out, args.django_task)
     else:
         results(args.ids)
 

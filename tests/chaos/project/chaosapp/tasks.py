@@ -1,4 +1,5 @@
-"""The chaos project's task: Django's own `@task`, no options."""
+"""The chaos project's tasks: `chaos_sleep`, Django's own `@task`, and `chaos_receipt`,
+django-rtq's `@task` (an order's receipt, enqueued on commit); no options."""
 
 import time
 
@@ -8,6 +9,7 @@ except ImportError:  # Django 5.2: the django-tasks backport offers the same API
     from django_tasks import task
 
 from chaosapp.runs import record
+from django_rtq import task as rtq_task
 
 
 @task
@@ -22,3 +24,9 @@ def chaos_sleep(key, ms):
         record("abort", key)
         raise
     return key
+
+
+@rtq_task
+def chaos_receipt(key, ms):
+    """The same recorded sleep as `chaos_sleep`, as a task type of django-rtq's own."""
+    return chaos_sleep.func(key, ms)
