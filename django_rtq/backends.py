@@ -17,6 +17,7 @@ from inspect import iscoroutinefunction
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
+from django.db import transaction
 from django.utils.module_loading import import_string
 
 from . import outbox
@@ -25,7 +26,7 @@ from .broker.message import TaskMessage
 from .broker.states import TaskState
 from .conf import LIMIT_OPTIONS, get_settings, validate_queue_name
 from .context import current_task
-from .exceptions import InvalidArguments, InvalidTask, TaskNotFound
+from .exceptions import BrokerUnavailable, InvalidArguments, InvalidTask, TaskNotFound
 from .formats import django_datetime
 from .models import FinishedTask
 from .operations import Operations
@@ -165,10 +166,6 @@ class RTQBackend(BaseTaskBackend):
             raise  # a TypeError, as calling the function with them would raise
         except InvalidTask as exc:
             raise DjangoInvalidTask(str(exc)) from exc
-        if self.outbox:
-            outbox.enqueue_on_commit([message], announce=_nothing_to_announce)
-        else:
-            outbox.enqueue([message], announce=_nothing_to_announce)
         result = TaskResult(
             task=task,
             id=message.id,
@@ -183,7 +180,16 @@ class RTQBackend(BaseTaskBackend):
             errors=[],
             worker_ids=[],
         )
-        task_enqueued.send(type(self), task_result=result)
+        if self.outbox:
+            outbox.enqueue_on_commit([message], announce=_nothing_to_announce)
+            # Enqueued once the transaction commits, if it does (at once outside one).
+            transaction.on_commit(
+                lambda: task_enqueued.send(type(self), task_result=result),
+                using=get_settings().OUTBOX_DATABASE,
+            )
+        else:
+            outbox.enqueue([message], announce=_nothing_to_announce)
+            task_enqueued.send(type(self), task_result=result)
         return result
 
     def get_result(self, result_id: str) -> TaskResult:
@@ -192,6 +198,12 @@ class RTQBackend(BaseTaskBackend):
             found = Operations().find_task(result_id)
         except TaskNotFound:
             return self._result_from_outbox(result_id)
+        except BrokerUnavailable:
+            try:  # while Redis is away, the tasks the outbox keeps are known all the same
+                return self._result_from_outbox(result_id)
+            except TaskResultDoesNotExist:
+                pass
+            raise
         if isinstance(found, FinishedTask):
             return self._result_from_row(found)
         if found.message is None:

@@ -519,6 +519,37 @@ def test_the_backend_reports_a_task_waiting_in_the_outbox_as_ready(outbox_backen
     assert OutboxTask.objects.filter(task_id=result.id).exists()
 
 
+def test_the_backend_finds_a_task_of_the_outbox_while_redis_is_away(outbox_backend, redis_away):
+    with transaction.atomic():
+        result = dtasks.multiply.enqueue(2, 3)
+
+    assert dtasks.multiply.get_result(result.id).status == TaskResultStatus.READY
+    with pytest.raises(BrokerUnavailable):
+        dtasks.multiply.get_result("not-in-the-outbox")
+
+
+def test_the_backend_with_outbox_sends_task_enqueued_at_the_commit_only(outbox_backend, broker):
+    from django_rtq.backends import task_enqueued
+
+    received = []
+
+    def receiver(sender, task_result, **kwargs):
+        received.append(task_result.id)
+
+    task_enqueued.connect(receiver)
+    try:
+        with pytest.raises(RuntimeError), transaction.atomic():
+            dtasks.multiply.enqueue(2, 3)
+            raise RuntimeError("rolled back")
+        assert received == []
+        with transaction.atomic():
+            result = dtasks.multiply.enqueue(2, 3)
+            assert received == []
+        assert received == [result.id]
+    finally:
+        task_enqueued.disconnect(receiver)
+
+
 def test_the_backend_without_the_option_sends_at_once(broker):
     with transaction.atomic():
         result = dtasks.multiply.enqueue(2, 3)
