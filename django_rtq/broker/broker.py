@@ -200,22 +200,16 @@ class Broker:
                 return self.client.eval(script.source, len(keys), *keys, *args)
 
     def _run_pipelined(self, calls: Sequence[tuple[str, Sequence[str], Sequence[Any]]]) -> list[Any]:
-        """Run several scripts in one round trip (not atomically across calls)."""
+        """Run several scripts in one round trip (not atomically across calls); raise the first
+        call's error."""
         if not calls:
             return []
         if len(calls) == 1:
             return [self.run_script(*calls[0])]
-        with translate_errors():
-            pipe = self.client.pipeline(transaction=False)
-            for name, keys, args in calls:
-                # By command name: redis-py's cluster pipeline refuses its evalsha() method.
-                pipe.execute_command("EVALSHA", self.scripts[name].sha, len(keys), *keys, *args)
-            results = pipe.execute(raise_on_error=False)
-            for i, result in enumerate(results):
-                if isinstance(result, redis.exceptions.NoScriptError):
-                    name, keys, args = calls[i]
-                    results[i] = self.client.eval(self.scripts[name].source, len(keys), *keys, *args)
-                elif isinstance(result, Exception):
+        results = self._execute_scripts(calls)
+        for result in results:
+            if isinstance(result, Exception):
+                with translate_errors():
                     raise result
         return results
 
@@ -229,9 +223,20 @@ class Broker:
                 return [self.run_script(*calls[0])]
             except redis.ResponseError as exc:  # BrokerUnavailable passes
                 return [exc]
+        results = self._execute_scripts(calls)
+        for result in results:
+            if isinstance(result, Exception) and passes_by_itself(result):
+                with translate_errors():
+                    raise result
+        return results
+
+    def _execute_scripts(self, calls: Sequence[tuple[str, Sequence[str], Sequence[Any]]]) -> list[Any]:
+        """Each call's reply, or its error, from one pipelined round trip; a script missing from
+        the node's cache is sent whole and run again."""
         with translate_errors():
             pipe = self.client.pipeline(transaction=False)
             for name, keys, args in calls:
+                # By command name: redis-py's cluster pipeline refuses its evalsha() method.
                 pipe.execute_command("EVALSHA", self.scripts[name].sha, len(keys), *keys, *args)
             results = pipe.execute(raise_on_error=False)
             for i, result in enumerate(results):
@@ -241,10 +246,6 @@ class Broker:
                         results[i] = self.client.eval(self.scripts[name].source, len(keys), *keys, *args)
                     except redis.ResponseError as exc:
                         results[i] = exc
-        for result in results:
-            if isinstance(result, Exception) and passes_by_itself(result):
-                with translate_errors():
-                    raise result
         return results
 
     def queue(self, name: str) -> QueueKeys:
