@@ -194,6 +194,15 @@ def test_the_outbox_page_works_while_redis_is_away(waiting, viewer, redis_away):
     assert len(listed_rows(response)) == 3
 
 
+def test_the_page_that_says_redis_is_away_links_to_the_tasks_waiting_in_the_outbox(
+    waiting, viewer, redis_away
+):
+    response = viewer.get(DASHBOARD)
+    assert response.status_code == 503
+    page = response.content.decode()
+    assert f'<a href="{OUTBOX_PAGE}">3 tasks waiting</a>' in page
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_outbox_page_says_when_its_database_cannot_be_read(broker, viewer, outbox_unreadable):
     response = viewer.get(OUTBOX_PAGE)

@@ -9,6 +9,7 @@ from urllib.parse import quote, unquote, urlencode
 
 from django.contrib.admin import ModelAdmin
 from django.core.exceptions import PermissionDenied
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -50,16 +51,28 @@ def live_view(*, acts: bool = False) -> Callable[[View], View]:
             )
             if not allowed:
                 raise PermissionDenied
+            ops = Operations(request.user)
             try:
-                return view(request, model_admin, Operations(request.user), *args, **kwargs)
+                return view(request, model_admin, ops, *args, **kwargs)
             except BrokerUnavailable as exc:
                 context = page_context(request, model_admin, title="Redis is unreachable")
                 context["error"] = str(exc)
+                context["outbox"] = outbox_while_redis_is_away(model_admin, ops)
                 return TemplateResponse(request, "admin/django_rtq/unavailable.html", context, status=503)
 
         return wrapper
 
     return decorator
+
+
+def outbox_while_redis_is_away(model_admin: ModelAdmin, ops: Operations) -> dict[str, Any] | None:
+    """What the outbox holds, for the page that says Redis is away (when it fills); None if its
+    database cannot be read either."""
+    try:
+        stats = ops.outbox_stats()
+    except DatabaseError:
+        return None
+    return {"waiting": stats.waiting, "url": admin_url(model_admin, "outbox")}
 
 
 def page_context(
