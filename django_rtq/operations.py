@@ -312,6 +312,13 @@ class Operations:
         self.require(VIEW_LIVE)
         return OutboxTask.objects.using(get_settings().OUTBOX_DATABASE).order_by("pk")
 
+    def delete_outbox_tasks(self, task_ids: Sequence[str]) -> int:
+        """Give up tasks waiting in the outbox (a row that keeps failing to send, say): they are
+        never sent. Return how many rows went."""
+        self.require(CHANGE_LIVE)
+        rows = OutboxTask.objects.using(get_settings().OUTBOX_DATABASE).filter(task_id__in=list(task_ids))
+        return rows.delete()[0]
+
     def locate(self, task_ids: Sequence[str], queue: str | None = None) -> list[TaskRef]:
         """Where each of these live tasks is (ids found nowhere are left out), in the given order."""
         self.require(VIEW_LIVE)

@@ -203,6 +203,41 @@ def test_the_page_that_says_redis_is_away_links_to_the_tasks_waiting_in_the_outb
     assert f'<a href="{OUTBOX_PAGE}">3 tasks waiting</a>' in page
 
 
+OUTBOX_ACTION = "/admin/django_rtq/livetask/actions/outbox/"
+
+
+def test_giving_up_tasks_of_the_outbox_asks_first_then_deletes_them(waiting):
+    changer = logged_in(user_with("change_livetask", username="changer"))
+    page = changer.get(OUTBOX_PAGE).content.decode()
+    gone, kept = waiting["rows"][1], waiting["rows"][0]
+    assert f'name="ids" value="{gone.task_id}"' in page  # a Delete button per row
+
+    asked = changer.post(OUTBOX_ACTION, {"ids": [gone.task_id]})
+    assert asked.status_code == 200
+    assert "Delete 1 task from the outbox? They are never sent to Redis" in text_of(asked.content.decode())
+    assert OutboxTask.objects.count() == 3
+
+    done = changer.post(
+        OUTBOX_ACTION, {"ids": [gone.task_id, "sent-meanwhile"], "confirm": "yes"}, follow=True
+    )
+    said = text_of(done.content.decode())
+    assert "1 task deleted from the outbox: never sent." in said
+    assert "1 selected task no longer in the outbox: sent meanwhile." in said
+    assert set(OutboxTask.objects.values_list("task_id", flat=True)) == {
+        kept.task_id,
+        waiting["rows"][2].task_id,
+    }
+
+
+def test_giving_up_tasks_of_the_outbox_needs_the_change_permission(waiting, viewer):
+    assert 'name="ids"' not in viewer.get(OUTBOX_PAGE).content.decode()
+    task_id = waiting["rows"][0].task_id
+    assert viewer.post(OUTBOX_ACTION, {"ids": [task_id], "confirm": "yes"}).status_code == 403
+    with pytest.raises(PermissionDenied, match="change_livetask"):
+        Operations(User.objects.get(username="viewer")).delete_outbox_tasks([task_id])
+    assert OutboxTask.objects.count() == 3
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_outbox_page_says_when_its_database_cannot_be_read(broker, viewer, outbox_unreadable):
     response = viewer.get(OUTBOX_PAGE)

@@ -337,6 +337,7 @@ ADMIN_ROUTES = [
     Route("GET", ADMIN + "workers/", needs(VIEW), 200),
     Route("GET", ADMIN + "periodic/", needs(VIEW), 200),
     Route("GET", ADMIN + "outbox/", needs(VIEW), 200),
+    Route("POST", ADMIN + "actions/outbox/", needs(CHANGE), 200, {"ids": "order-1"}),  # the confirmation page
     Route("GET", "task:{archived}", needs(VIEW), 200),
     Route("GET", "task:no-such-task", needs(VIEW), 404),
     Route("POST", ACTION, needs(CHANGE), 200, run_data()),  # the confirmation page

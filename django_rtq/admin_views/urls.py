@@ -14,7 +14,7 @@ from .actions import queue_action, task_action
 from .bulk import bulk_carry_on, bulk_progress
 from .common import SegmentConverter, url_name
 from .dashboard import dashboard
-from .outbox import outbox
+from .outbox import outbox, outbox_action
 from .periodic import periodic
 from .tasks import task_detail, task_list
 from .workers import workers
@@ -43,6 +43,7 @@ def live_urlpatterns(model_admin: ModelAdmin) -> list[URLPattern]:
         path("task/<rtq_segment:task_id>/", wrap(task_detail), name=url_name("task")),
         path("actions/tasks/", wrap(task_action), name=url_name("task_action")),
         path("actions/queue/", wrap(queue_action), name=url_name("queue_action")),
+        path("actions/outbox/", wrap(outbox_action), name=url_name("outbox_action")),
         # before the progress page: a queue name may hold "/", so its pattern would match this too
         path(
             "bulk/<rtq_segment:queue>/<str:job_id>/carry-on/",
