@@ -1,8 +1,10 @@
 """System checks: settings.RTQ, the Redis connection settings, settings.TASKS (its queues, and
 whether the `django.tasks` API is installed), and Redis itself.
 
-All are tagged "django_rtq". Only `check_redis_reachable` does network I/O, so it is a deployment
-check (`manage.py check --deploy`), tagged "redis" too: `manage.py check --deploy --tag redis`.
+All are tagged "django_rtq" but the outbox's table check (W008), a database check that Django
+runs only when asked for databases (`manage.py check --database default`, `migrate`). Only
+`check_redis_reachable` does network I/O, so it is a deployment check (`manage.py check
+--deploy`), tagged "redis" too: `manage.py check --deploy --tag redis`.
 """
 
 from __future__ import annotations
@@ -202,7 +204,10 @@ def check_tasks_api_installed(app_configs: Any = None, **kwargs: Any) -> list[ch
     ]
 
 
-@checks.register(TAG, checks.Tags.database)
+# Tagged "database" alone: Django runs such checks only when asked for databases (`check
+# --database default`, `migrate`); tagged "django_rtq" too, `check --tag django_rtq` would open
+# a connection to every database on Django 6.
+@checks.register(checks.Tags.database)
 def check_outbox_table(
     app_configs: Any = None, databases: Any = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:

@@ -682,3 +682,13 @@ def test_an_async_caller_whose_fallback_cannot_store_gets_broker_unavailable(
 
     with pytest.raises(BrokerUnavailable, match="could not store"):
         asyncio.run(view())
+
+
+def test_the_outbox_check_runs_only_when_databases_are_asked_for():
+    from django.core.checks import run_checks
+
+    # Django 6 gives every database to the checks of a tag: this one is not under django_rtq's.
+    assert "check_outbox_table" not in [
+        c.__name__ for c in checks.registry.registry.get_checks() if "django_rtq" in c.tags
+    ]
+    assert all(m.id != "django_rtq.W008" for m in run_checks(databases=["default"]))
