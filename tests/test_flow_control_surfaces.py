@@ -11,7 +11,7 @@ import re
 import uuid
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.core.management import call_command
 from django.test import Client
@@ -26,6 +26,7 @@ from django_rtq.broker.limits import QUEUE_SCOPE, FlowLimits, Limit
 from django_rtq.connection import get_broker
 from django_rtq.operations import Operations
 from tests.cluster import START_TIME, FakeClock
+from tests.test_admin import logged_in, user_with
 from tests.test_broker import WORKER, done
 from tests.test_flow_control_settings import forget
 
@@ -249,20 +250,6 @@ def test_reading_flow_control_needs_the_view_permission(limited: Broker, held):
 # The admin
 
 DASHBOARD = "/admin/django_rtq/livetask/"
-
-
-def user_with(*codenames: str, username: str) -> User:
-    user = User.objects.create_user(username, password="pw", is_staff=True)
-    user.user_permissions.add(
-        *Permission.objects.filter(content_type__app_label="django_rtq", codename__in=codenames)
-    )
-    return user
-
-
-def logged_in(user: User) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import re
 from datetime import datetime, timedelta
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.core.management import call_command
 from django.test import Client
@@ -25,6 +25,7 @@ from django_rtq import outbox
 from django_rtq.connection import reset_broker
 from django_rtq.models import OutboxTask
 from django_rtq.operations import Operations
+from tests.test_admin import logged_in, user_with
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.django_db
@@ -92,20 +93,6 @@ def test_reading_the_outbox_needs_the_view_permission(waiting):
 
 DASHBOARD = "/admin/django_rtq/livetask/"
 OUTBOX_PAGE = "/admin/django_rtq/livetask/outbox/"
-
-
-def user_with(*codenames: str, username: str) -> User:
-    user = User.objects.create_user(username, password="pw", is_staff=True)
-    user.user_permissions.add(
-        *Permission.objects.filter(content_type__app_label="django_rtq", codename__in=codenames)
-    )
-    return user
-
-
-def logged_in(user: User) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture
