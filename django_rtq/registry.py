@@ -19,7 +19,7 @@ from croniter import croniter
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from . import outbox, signals
+from . import sending, signals
 from .broker.limits import QUEUE_SCOPE, Limit, make_limit
 from .broker.message import MAX_PRIORITY, MIN_PRIORITY, TaskMessage
 from .conf import LIMIT_OPTIONS, get_settings, validate_queue_name
@@ -117,7 +117,7 @@ class TaskType:
     def enqueue(self, *args: Any, **kwargs: Any) -> TaskMessage:
         """Enqueue a call of this task; return its message (`.id` identifies it)."""
         message = self.prepare(*args, **kwargs)
-        outbox.enqueue([message], announce=announce_enqueued)
+        sending.enqueue([message], announce=announce_enqueued)
         return message
 
     def enqueue_on_commit(self, *args: Any, **kwargs: Any) -> TaskMessage:
@@ -125,7 +125,7 @@ class TaskType:
         task is stored in the transaction meanwhile, so that it is sent even if Redis is away
         at the commit (the transactional outbox: django_rtq/outbox.py)."""
         message = self.prepare(*args, **kwargs)
-        outbox.enqueue_on_commit([message], announce=announce_enqueued)
+        sending.enqueue([message], announce=announce_enqueued, on_commit=True)
         return message
 
 
@@ -150,7 +150,7 @@ def _make_step(
 def enqueue_many(messages: Iterable[TaskMessage]) -> list[TaskMessage]:
     """Enqueue prepared messages in one round trip (`my_task.prepare(...)` makes them)."""
     messages = list(messages)
-    outbox.enqueue(messages, announce=announce_enqueued)
+    sending.enqueue(messages, announce=announce_enqueued)
     return messages
 
 
