@@ -28,9 +28,10 @@ from .conf import LIMIT_OPTIONS, get_settings, validate_queue_name
 from .context import current_task
 from .exceptions import BrokerUnavailable, InvalidArguments, InvalidTask, TaskNotFound
 from .formats import django_datetime
+from .message_builder import build_message
 from .models import FinishedTask
 from .operations import Operations
-from .registry import TaskType, build_message, register_task
+from .registry import TaskType, register_task
 
 try:  # Django 6.0+
     from django.tasks.backends.base import BaseTaskBackend
