@@ -139,7 +139,7 @@ def main() -> int:
         from django_tasks import task as django_task
 
     from django_rtq import enqueue_many, get_broker, task
-    from django_rtq.registry import build_message
+    from django_rtq.message_builder import build_message
 
     rtq_noop = task(noop)
     dj_noop = django_task(queue_name=QUEUE)(django_noop)

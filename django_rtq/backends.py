@@ -20,7 +20,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 from django.utils.module_loading import import_string
 
-from . import outbox
+from . import sending
 from .broker.inspect import TaskInfo
 from .broker.message import TaskMessage
 from .broker.states import TaskState
@@ -28,9 +28,10 @@ from .conf import LIMIT_OPTIONS, get_settings, validate_queue_name
 from .context import current_task
 from .exceptions import BrokerUnavailable, InvalidArguments, InvalidTask, TaskNotFound
 from .formats import django_datetime
+from .message_builder import build_message
 from .models import FinishedTask
 from .operations import Operations
-from .registry import TaskType, build_message, register_task
+from .registry import TaskType, register_task
 
 try:  # Django 6.0+
     from django.tasks.backends.base import BaseTaskBackend
@@ -181,14 +182,14 @@ class RTQBackend(BaseTaskBackend):
             worker_ids=[],
         )
         if self.outbox:
-            outbox.enqueue_on_commit([message], announce=_nothing_to_announce)
+            sending.enqueue([message], announce=_nothing_to_announce, on_commit=True)
             # Enqueued once the transaction commits, if it does (at once outside one).
             transaction.on_commit(
                 lambda: task_enqueued.send(type(self), task_result=result),
                 using=get_settings().OUTBOX_DATABASE,
             )
         else:
-            outbox.enqueue([message], announce=_nothing_to_announce)
+            sending.enqueue([message], announce=_nothing_to_announce)
             task_enqueued.send(type(self), task_result=result)
         return result
 

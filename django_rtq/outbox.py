@@ -1,12 +1,12 @@
-"""The transactional outbox: a task enqueued in a transaction is stored in it, sent to Redis
-after the commit, and relayed by a worker if that send fails: never lost, never made twice.
+"""The transactional outbox: its rows stored in the caller's transaction, relayed by a worker
+when their sender could not send them, and the ids of sent tasks forgotten once rows are gone.
 
 A task of `enqueue_on_commit()` becomes an `OutboxTask` row in the caller's transaction, so it
 commits or rolls back with the caller's own writes. Once the transaction commits, the row's task
-is sent at once and the row deleted. If Redis is away then, the row stays, and a worker's relay
-(`worker/relay.py`) sends it once Redis is back. Sending a row twice is harmless: the queue
-keeps the ids the outbox sent (`outboxed`) until their rows are gone, and a task whose id is
-there, or live in the queue, is not written again.
+is sent at once and the row deleted (sending.py). If Redis is away then, the row stays, and a
+worker's relay (`worker/relay.py`) sends it once Redis is back. Sending a row twice is harmless:
+the queue keeps the ids the outbox sent (`outboxed`) until their rows are gone, and a task whose
+id is there, or live in the queue, is not written again.
 """
 
 from __future__ import annotations
@@ -20,30 +20,23 @@ from datetime import datetime, timedelta
 from functools import cache
 from typing import TYPE_CHECKING
 
-import redis
 from django.core.exceptions import SynchronousOnlyOperation
 from django.db import DatabaseError, connections, transaction
-from django.db import Error as DjangoDatabaseError
 from django.db.models import Count, Field, Min, Q
 from django.db.models.functions import Now
-from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 
 from .broker import Broker
-from .broker.broker import OUTBOX_DROPPED, OUTBOX_SENT, OUTBOX_SENT_BEFORE
+from .broker.broker import OUTBOX_DROPPED, OUTBOX_SENT
 from .broker.message import TaskMessage
 from .conf import get_settings
-from .connection import get_broker, note_redis_away, redis_recently_away
-from .exceptions import BrokerUnavailable, DuplicateTask, TaskIdConflict
+from .exceptions import BrokerUnavailable
 
 if TYPE_CHECKING:
     from .models import OutboxTask
 
 logger = logging.getLogger(__name__)
 
-#: Seconds a process that found Redis away leaves its new rows to the relay, rather than have
-#: every request wait out the Redis client's retries again.
-PAUSE_AFTER_OUTAGE = 5.0
 #: Rows a relay pass takes at once.
 RELAY_BATCH = 500
 #: Seconds a relay holds the rows it is sending: if it dies, another takes them after this.
@@ -79,80 +72,7 @@ class OutboxStats:
         return max(0.0, ((now or timezone.now()) - self.oldest).total_seconds())
 
 
-def enqueue_on_commit(messages: Sequence[TaskMessage], *, announce: Announce) -> None:
-    """Send `messages` once the current transaction commits; store them in it meanwhile.
-
-    The transaction is that of `RTQ["OUTBOX_DATABASE"]`. Outside one, they are sent at once,
-    and kept in the outbox if Redis is away. With `RTQ["OUTBOX"] = False`, they are sent after
-    the commit without being stored (lost if Redis is away then).
-    """
-    conf = get_settings()
-    using = conf.OUTBOX_DATABASE
-    connection = connections[using]
-    if not conf.OUTBOX:
-        transaction.on_commit(lambda: _send_or_raise(messages, announce), using=using)
-    elif connection.in_atomic_block:
-        store(messages, using=using)
-        transaction.on_commit(lambda: send_stored(messages, announce=announce, using=using), using=using)
-    elif not connection.get_autocommit():
-        # What transaction.on_commit() says too: there is no commit to wait for in this mode.
-        raise TransactionManagementError("enqueue_on_commit() needs autocommit or an atomic() block.")
-    else:
-        _send_at_once(messages, announce)
-
-
-def enqueue(messages: Sequence[TaskMessage], *, announce: Announce) -> None:
-    """Send `messages` now. If Redis is away, raise BrokerUnavailable; or, with
-    `RTQ["OUTBOX_FALLBACK"]`, keep them in the outbox (in the current transaction, if any)."""
-    if get_settings().OUTBOX_FALLBACK:
-        send_or_keep(messages, announce=announce)
-    else:
-        _send_or_raise(messages, announce)
-
-
-def _send_or_raise(messages: Sequence[TaskMessage], announce: Announce) -> None:
-    get_broker().enqueue(messages)
-    announce(messages)
-
-
-def _send_at_once(messages: Sequence[TaskMessage], announce: Announce) -> None:
-    """`enqueue_on_commit()` outside a transaction: send now, as the outbox does (each id noted
-    in `outboxed`, so that if the reply is lost and the tasks are kept, the relay's send writes
-    nothing twice), or keep them if Redis is away. A taken id or a held lock raises, as
-    `enqueue()` would."""
-    if not redis_recently_away():
-        try:
-            outcomes = get_broker().send_outboxed(messages)
-        except BrokerUnavailable as exc:
-            _pause(exc)
-        else:
-            sent = [m for m, outcome in zip(messages, outcomes, strict=True) if outcome == OUTBOX_SENT]
-            announce(sent)
-            for message, outcome in zip(messages, outcomes, strict=True):
-                if outcome != OUTBOX_SENT:
-                    raise _refusal(message, outcome)
-            return
-    _keep(messages)
-
-
-def send_or_keep(messages: Sequence[TaskMessage], *, announce: Announce) -> None:
-    """`RTQ["OUTBOX_FALLBACK"]`: send `messages` now, or keep them in the outbox if Redis is
-    away (or was moments ago). Raise BrokerUnavailable only if they cannot be stored either.
-
-    The send is a plain enqueue (atomic per chunk, no `outboxed` ids): a send whose reply was
-    lost after Redis took the tasks keeps them all the same, and they may run twice."""
-    if not redis_recently_away():
-        try:
-            get_broker().enqueue(messages)
-        except BrokerUnavailable as exc:
-            _pause(exc)
-        else:
-            announce(messages)
-            return
-    _keep(messages)
-
-
-def _keep(messages: Sequence[TaskMessage]) -> None:
+def keep(messages: Sequence[TaskMessage]) -> None:
     """Store `messages` in the outbox because Redis is away, in the current transaction if any,
     or raise BrokerUnavailable."""
     using = get_settings().OUTBOX_DATABASE
@@ -165,21 +85,6 @@ def _keep(messages: Sequence[TaskMessage]) -> None:
             f"Redis is unreachable and the outbox could not store {len(messages)} task(s): {exc}"
         ) from exc
     logger.info("%d task(s) kept in the outbox while Redis is unreachable", len(messages))
-
-
-def _refusal(message: TaskMessage, outcome: int | Exception) -> Exception:
-    """The error `enqueue()` would raise for a task `send_outboxed` did not write."""
-    if isinstance(outcome, Exception):
-        return outcome
-    if outcome == OUTBOX_SENT_BEFORE:
-        return TaskIdConflict(
-            f"A task with id {message.id!r} already exists in queue {message.queue!r}, or was sent "
-            "there from the outbox less than a minute ago."
-        )
-    return DuplicateTask(
-        f"Task {message.task!r} with unique key {message.unique_key!r} is already queued in queue "
-        f"{message.queue!r}."
-    )
 
 
 def store(messages: Sequence[TaskMessage], *, using: str) -> None:
@@ -228,42 +133,6 @@ def _statements(using: str) -> _Statements:
     )
 
 
-def send_stored(messages: Sequence[TaskMessage], *, announce: Announce, using: str) -> None:
-    """After the commit: send the stored `messages`, then delete their rows. Whatever Redis or
-    the database does, it raises nothing: the transaction has committed, and a row left behind
-    is the relay's to send. (The error of a test's interceptor, an eager run's, does pass.)"""
-    if redis_recently_away():
-        return
-    try:
-        outcomes = get_broker().send_outboxed(messages)
-    except BrokerUnavailable as exc:
-        _pause(exc)
-        return
-    except redis.RedisError:
-        logger.exception("could not send %d task(s) from the outbox; a worker will retry", len(messages))
-        return
-    done = [m for m, outcome in zip(messages, outcomes, strict=True) if not isinstance(outcome, Exception)]
-    for message, outcome in zip(messages, outcomes, strict=True):
-        if outcome == OUTBOX_SENT_BEFORE:
-            logger.warning(
-                "outbox: task %s (%s) not sent: a task with its id is in queue %r, or was sent there "
-                "from the outbox less than a minute ago",
-                message.id,
-                message.task,
-                message.queue,
-            )
-    _report_dropped(messages, outcomes)
-    try:
-        announce([m for m, outcome in zip(messages, outcomes, strict=True) if outcome == OUTBOX_SENT])
-    except Exception:
-        logger.exception("a task_enqueued receiver failed")
-    try:
-        _delete_sent(done, using=using)
-    except DjangoDatabaseError as exc:
-        # Sent all the same: the relay finds the rows, and sending them again writes nothing.
-        logger.warning("sent %d task(s) but could not delete their outbox rows: %s", len(done), exc)
-
-
 def relay(broker: Broker, *, using: str, announce: Announce, limit: int = RELAY_BATCH) -> int:
     """Send a batch of the rows due (those whose sender did not delete them), under a lease so
     that concurrent relays take different rows; return how many rows it took.
@@ -301,7 +170,7 @@ def relay(broker: Broker, *, using: str, announce: Announce, limit: int = RELAY_
             failed.append((row, f"{type(outcome).__name__}: {outcome}"))
         else:
             done.append(row.pk)
-    _report_dropped(messages, outcomes)
+    report_dropped(messages, outcomes)
     _delete(done, using=using)
     for row, error in failed:
         _retry_later(row, error, using=using)
@@ -376,7 +245,7 @@ def _take(*, using: str, lease: str, limit: int) -> list[int]:
     return pks  # those another relay took are not this lease's: relay() reads by both
 
 
-def _delete_sent(messages: Sequence[TaskMessage], *, using: str) -> None:
+def delete_sent(messages: Sequence[TaskMessage], *, using: str) -> None:
     """Delete the rows of tasks the queue has now, by queue and id, one statement per queue and
     no transaction of its own. Other rows of the same id and queue, if any, could only be sent
     before (their sends would write nothing), so they go too."""
@@ -414,7 +283,7 @@ def _retry_later(row: OutboxTask, error: str, *, using: str) -> None:
     )
 
 
-def _report_dropped(messages: Sequence[TaskMessage], outcomes: Sequence[int | Exception]) -> None:
+def report_dropped(messages: Sequence[TaskMessage], outcomes: Sequence[int | Exception]) -> None:
     for message, outcome in zip(messages, outcomes, strict=True):
         if outcome == OUTBOX_DROPPED:
             logger.info(
@@ -423,11 +292,3 @@ def _report_dropped(messages: Sequence[TaskMessage], outcomes: Sequence[int | Ex
                 message.task,
                 message.unique_key,
             )
-
-
-def _pause(exc: BrokerUnavailable) -> None:
-    if note_redis_away(PAUSE_AFTER_OUTAGE):
-        logger.warning(
-            "Redis is unreachable (%s): tasks wait in the outbox, and workers send them once it is back",
-            exc,
-        )

@@ -16,16 +16,8 @@ from .broker.message import TaskMessage
 from .conf import RTQSettings, get_settings
 from .connection import get_broker
 from .exceptions import InvalidTask
-from .registry import (
-    SCHEDULE_OPTIONS,
-    TASK_ID_PATTERN,
-    TASK_ID_RULE,
-    TYPE_OPTIONS,
-    TaskType,
-    check_schedule,
-    find_task_type,
-    periodic_task_types,
-)
+from .registry import TaskType, find_task_type, periodic_task_types
+from .task_options import SCHEDULE_OPTIONS, TASK_ID_PATTERN, TASK_ID_RULE, TYPE_OPTIONS, check_schedule
 
 #: Keys of a schedule in `settings.RTQ["PERIODIC"]`, besides the task options below.
 SCHEDULE_KEYS = frozenset({"task", "cron", "every", "args", "kwargs", "timezone"})

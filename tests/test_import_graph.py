@@ -1,9 +1,11 @@
-"""The import graph of django_rtq: no cycles, a broker that stands alone, surfaces kept apart.
+"""The import graph of django_rtq: no cycles (not even of types), a broker that stands alone,
+surfaces kept apart, and the registry below the workflows.
 
 The graph is read from the source with `ast`: an edge for every import of a django_rtq module,
 at module level or inside a function (a lazy import ties two modules together all the same),
-but not under `if TYPE_CHECKING:`, which never runs. `from .pkg import name` is an edge to
-`pkg.name` when that is a module, else to `pkg`.
+and, in the typing graph only, under `if TYPE_CHECKING:` (which never runs, but a circle of
+types hidden there is a circle all the same). `from .pkg import name` is an edge to `pkg.name`
+when that is a module, else to `pkg`.
 
 Only the imports written are edges, not the implicit import of a module's parent packages. So
 a package `__init__` that re-exports its submodules (pkg -> pkg.sub) is in no cycle on its own;
@@ -14,6 +16,10 @@ is a real cycle: the submodule needs the package, which is still busy importing 
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
+import textwrap
 from collections import deque
 from functools import cache
 from pathlib import Path
@@ -55,13 +61,14 @@ def find_modules() -> dict[str, Path]:
 class ImportCollector(ast.NodeVisitor):
     """Collect the known modules that one module's imports name (see the module docstring)."""
 
-    def __init__(self, module: str, is_package: bool, known: set[str]) -> None:
+    def __init__(self, module: str, is_package: bool, known: set[str], *, typing: bool = False) -> None:
         self.package = module if is_package else module.rpartition(".")[0]
         self.known = known
+        self.typing = typing  # whether imports under `if TYPE_CHECKING:` count too
         self.imported: set[str] = set()
 
     def visit_If(self, node: ast.If) -> None:
-        if is_type_checking(node.test):
+        if is_type_checking(node.test) and not self.typing:
             for statement in node.orelse:
                 self.visit(statement)
         else:
@@ -97,20 +104,24 @@ def is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def imports_of(source: str, module: str, is_package: bool, known: set[str]) -> set[str]:
-    """The modules of `known` that the source of `module` imports."""
-    collector = ImportCollector(module, is_package, known)
+def imports_of(
+    source: str, module: str, is_package: bool, known: set[str], *, typing: bool = False
+) -> set[str]:
+    """The modules of `known` that the source of `module` imports (for type checking too, with
+    `typing`)."""
+    collector = ImportCollector(module, is_package, known, typing=typing)
     collector.visit(ast.parse(source))
     return collector.imported - {module}
 
 
 @cache
-def import_graph() -> Graph:
-    """Map each module of the package to the modules of the package it imports."""
+def import_graph(*, typing: bool = False) -> Graph:
+    """Map each module of the package to the modules of the package it imports (for type
+    checking too, with `typing`)."""
     modules = find_modules()
     known = set(modules)
     return {
-        module: imports_of(path.read_text(), module, path.name == "__init__.py", known)
+        module: imports_of(path.read_text(), module, path.name == "__init__.py", known, typing=typing)
         for module, path in modules.items()
     }
 
@@ -181,6 +192,10 @@ def later():
     from .sub.e import name
 """
     assert imports_of(source, "p.x", False, known) == {"p.a", "p.b", "p.sub.d", "p.sub", "p.c", "p.sub.e"}
+    assert imports_of(source, "p.x", False, known, typing=True) == {
+        *imports_of(source, "p.x", False, known),
+        "p.typed",
+    }
     assert imports_of("from .. import VERSION\nfrom . import e", "p.sub", True, known) == {"p", "p.sub.e"}
     graph = import_graph()
     assert "django_rtq.api.views" in graph["django_rtq.api.urls"]  # `from . import views`
@@ -193,6 +208,52 @@ def test_no_import_cycles():
         f"{', '.join(group)} (e.g. {' -> '.join(shortest_loop(graph, group[0]))})" for group in cycles(graph)
     ]
     assert not found, "Modules in an import cycle with one another:\n" + "\n".join(found)
+
+
+def test_no_cycle_hides_behind_imports_for_type_checking():
+    graph = import_graph(typing=True)
+    found = [
+        f"{', '.join(group)} (e.g. {' -> '.join(shortest_loop(graph, group[0]))})" for group in cycles(graph)
+    ]
+    assert not found, "Modules in an import cycle, counting `if TYPE_CHECKING:`:\n" + "\n".join(found)
+
+
+def test_the_registry_sits_below_the_workflows():
+    """Workflows compose task types, so the registry and all it imports, even for type checking,
+    know nothing of them: `task.s()` makes a step with no workflow module imported, and so with
+    no hook that the workflows would set when imported."""
+    reached = {"django_rtq.registry", *reachable(import_graph(typing=True), "django_rtq.registry")}
+    assert not sorted(m for m in reached if is_within(m, "django_rtq.workflows"))
+    done = subprocess.run(
+        [sys.executable, "-c", STEPS_WITHOUT_WORKFLOWS],
+        cwd=PACKAGE_DIR.parent,
+        env={**os.environ, "PYTHONPATH": str(PACKAGE_DIR.parent)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+STEPS_WITHOUT_WORKFLOWS = textwrap.dedent(
+    """
+    import sys
+    from django.conf import settings
+
+    settings.configure()
+    from django_rtq.registry import Signature, task
+
+    @task(name="steps.add")
+    def add(a, b):
+        return a + b
+
+    step = add.s(1).using(queue="low")
+    assert isinstance(step, Signature) and step.node()["queue"] == "low"
+    assert add.si(2, 3).node()["immutable"]
+    assert not [name for name in sys.modules if name.startswith("django_rtq.workflows")]
+    print("ok")
+    """
+)
 
 
 def test_the_broker_imports_only_itself_and_the_exceptions():

@@ -10,7 +10,7 @@ import pytest
 from django_rtq.broker import Broker, TaskMessage, TaskState, manual
 from django_rtq.mirror import mirror_batch
 from django_rtq.models import FinishedTask
-from django_rtq.registry import TASK_ID_PATTERN
+from django_rtq.task_options import TASK_ID_PATTERN
 from tests.conftest import wait_for
 from tests.test_broker import WORKER
 from tests.testapp import tasks

@@ -1,7 +1,8 @@
-"""The transactional outbox (django_rtq/outbox.py) in one process, against a real Redis and the
-test database (SQLite, or PostgreSQL in CI): rows stored in the caller's transaction, sent at
-the commit, kept while Redis is away, relayed once and only once, and the fallback of plain
-enqueue(). Real worker processes are in tests/chaos/test_outbox.py."""
+"""The transactional outbox (django_rtq/outbox.py, its sends in django_rtq/sending.py) in one
+process, against a real Redis and the test database (SQLite, or PostgreSQL in CI): rows stored
+in the caller's transaction, sent at the commit, kept while Redis is away, relayed once and
+only once, and the fallback of plain enqueue(). Real worker processes are in
+tests/chaos/test_outbox.py."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from django_rtq import outbox, signals
+from django_rtq import outbox, sending, signals
 from django_rtq.backends import TaskResultStatus
 from django_rtq.broker import TaskMessage
 from django_rtq.broker.broker import OUTBOX_DROPPED, OUTBOX_SENT, OUTBOX_SENT_BEFORE
@@ -124,7 +125,7 @@ def test_the_send_at_the_commit_costs_one_insert_and_one_delete(broker):
 
 
 def test_redis_away_at_the_commit_keeps_the_row_and_raises_nothing(redis_away, caplog):
-    caplog.set_level(logging.WARNING, "django_rtq.outbox")
+    caplog.set_level(logging.WARNING, "django_rtq.sending")
     with transaction.atomic():
         message = tasks.add.enqueue_on_commit(1, 2)
 
@@ -194,7 +195,7 @@ def test_enqueue_on_commit_in_a_manual_transaction_is_refused_as_on_commit_is(br
 
 
 def test_an_id_sent_before_at_the_commit_is_not_sent_again_and_warned_of(broker, caplog):
-    caplog.set_level(logging.WARNING, "django_rtq.outbox")
+    caplog.set_level(logging.WARNING, "django_rtq.sending")
     tasks.add.using(task_id="nightly-7").enqueue(1, 2)
     with transaction.atomic():
         tasks.add.using(task_id="nightly-7").enqueue_on_commit(3, 4)
@@ -253,7 +254,7 @@ def test_capturing_helpers_see_a_task_of_the_outbox_at_the_commit(broker):
 
 def keep_rows(monkeypatch):
     """Make the sender at the commit fail to delete its rows (the database went away, say)."""
-    monkeypatch.setattr(outbox, "_delete_sent", _failing_delete)
+    monkeypatch.setattr(sending, "delete_sent", _failing_delete)
 
 
 def _failing_delete(messages, *, using):

@@ -11,7 +11,7 @@ from rest_framework import serializers
 from ..broker.message import MAX_PRIORITY, MIN_PRIORITY
 from ..broker.states import ACTION_STATES, BULK_ACTIONS, Action, TaskState
 from ..models import FinishedTask
-from ..registry import TASK_ID_PATTERN, TASK_ID_RULE
+from ..task_options import TASK_ID_PATTERN, TASK_ID_RULE
 
 #: Most items a page of a list may hold (`limit`).
 MAX_PAGE_SIZE = 500

@@ -7,86 +7,20 @@ import copy
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, Literal, Self
 
 from ..broker import Broker
 from ..conf import get_settings
 from ..exceptions import InvalidTask
-from ..registry import (
-    CALL_OPTIONS,
-    SCHEDULE_OPTIONS,
-    TYPE_OPTIONS,
-    TaskType,
-    _instant,
-    _seconds,
-    check_options,
-    set_step_factory,
-)
+from ..registry import Signature, TaskType
+from ..task_options import as_instant, as_seconds
+from .commands import start_workflow
 
 OnError = Literal["fail", "collect"]
-#: Per-call options a step may carry (the same as `TaskType.using` takes, but the task id:
-#: the workflow gives its children ids of its own).
-STEP_OPTIONS = TYPE_OPTIONS - {"retry_backoff", "expose", *SCHEDULE_OPTIONS} | CALL_OPTIONS - {"task_id"}
 
 
-class Node:
-    """Something a workflow is made of: a task call, or a workflow itself."""
-
-    def node(self) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def enqueue(
-        self, *, queue: str | None = None, workflow_id: str | None = None, broker: Broker | None = None
-    ) -> str:
-        """Start this as a workflow of its own; return its id (its result's id)."""
-        from .commands import start_workflow
-
-        root = self if isinstance(self, Workflow) else chain(self)
-        return start_workflow(
-            root.node(), queue=queue, workflow_id=workflow_id or uuid.uuid4().hex, broker=broker
-        )
-
-
-@dataclass(frozen=True)
-class Signature(Node):
-    """A call of a task type, to run as a step: `add.s(2, 3)`. Unless made with `.si()` it
-    receives the previous step's result as its first argument."""
-
-    task_type: TaskType
-    args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    options: dict[str, Any] = field(default_factory=dict)
-    immutable: bool = False
-
-    def using(self, **options: Any) -> Signature:
-        """This call with options (queue, priority, max_retries, timeout, delay, ...)."""
-        check_options(options, STEP_OPTIONS, self.task_type.name)
-        return Signature(self.task_type, self.args, self.kwargs, {**self.options, **options}, self.immutable)
-
-    @property
-    def queue(self) -> str:
-        return (
-            self.options.get("queue") or self.task_type.options.get("queue") or get_settings().DEFAULT_QUEUE
-        )
-
-    def node(self) -> dict[str, Any]:
-        return {
-            "t": "task",
-            "task": self.task_type.name,
-            "args": list(self.args),
-            "kwargs": self.kwargs,
-            "options": self.options,
-            "immutable": self.immutable,
-            "queue": self.queue,
-        }
-
-
-set_step_factory(Signature)  # what `task.s()` and `task.si()` make
-
-
-class Workflow(Node):
-    """A node with children of its own."""
+class Workflow:
+    """Steps composed: a workflow has children of its own, signatures or workflows."""
 
     # When it starts, as its node says: {"delay": seconds from its creation} or
     # {"process_at": epoch seconds}; empty for at once. Set by `using`.
@@ -101,17 +35,32 @@ class Workflow(Node):
             raise InvalidTask("Give delay or process_at, not both.")
         postponed = copy.copy(self)
         if delay is not None:
-            postponed.start = {"delay": _seconds(delay, "delay")}
+            postponed.start = {"delay": as_seconds(delay, "delay")}
         elif process_at is not None:
-            postponed.start = {"process_at": _instant(process_at, "process_at", time.time())}
+            postponed.start = {"process_at": as_instant(process_at, "process_at", time.time())}
         else:
             postponed.start = {}
         return postponed
 
+    def node(self) -> dict[str, Any]:
+        raise NotImplementedError
 
-def _nodes(children: Sequence[Node]) -> list[dict[str, Any]]:
+    def enqueue(
+        self, *, queue: str | None = None, workflow_id: str | None = None, broker: Broker | None = None
+    ) -> str:
+        """Start this workflow; return its id (its result's id)."""
+        return start_workflow(
+            self.node(), queue=queue, workflow_id=workflow_id or uuid.uuid4().hex, broker=broker
+        )
+
+
+#: What a workflow is made of: a task call, or a workflow itself.
+Step = Signature | Workflow
+
+
+def _nodes(children: Sequence[Step]) -> list[dict[str, Any]]:
     for child in children:
-        if not isinstance(child, Node):
+        if not isinstance(child, Step):
             raise TypeError(
                 f"A workflow's children are signatures (task.s(...)) or workflows, not {child!r}."
             )
@@ -133,7 +82,7 @@ class chain(Workflow):
 
     kind = "chain"
 
-    def __init__(self, *steps: Node, queue: str | None = None, retention: float | None = None) -> None:
+    def __init__(self, *steps: Step, queue: str | None = None, retention: float | None = None) -> None:
         if not steps:
             raise ValueError("A chain needs at least one step.")
         self.steps = steps
@@ -164,13 +113,13 @@ class group(Workflow):
 
     def __init__(
         self,
-        *children: Node,
+        *children: Step,
         on_error: OnError = "fail",
         queue: str | None = None,
         retention: float | None = None,
     ) -> None:
         _check_on_error(on_error)
-        if len(children) == 1 and not isinstance(children[0], Node):
+        if len(children) == 1 and not isinstance(children[0], Step):
             children = tuple(children[0])  # group(sig for ...) as well as group(a, b)
         self.children = children
         self.on_error = on_error
@@ -189,7 +138,7 @@ class group(Workflow):
         }
 
 
-def chord(header: group | Sequence[Node], callback: Node, **options: Any) -> chain:
+def chord(header: group | Sequence[Step], callback: Step, **options: Any) -> chain:
     """A group, then `callback` with the list of its results."""
     if not isinstance(header, group):
         header = group(*header)

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..exceptions import NonRetryableError
 from ..registry import find_task_type, task
-from .canvas import Node
+from .canvas import Step
 from .planner import ITERATE_TASK
 
 
@@ -27,7 +27,7 @@ def iterate(iterator: str, state: Any) -> dict[str, Any]:
         ) from None
     nodes = []
     for child in children:
-        if not isinstance(child, Node):
+        if not isinstance(child, Step):
             raise NonRetryableError(
                 f"Iterator {iterator!r} made {child!r}: expected task.s(...) or a workflow."
             )

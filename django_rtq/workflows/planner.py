@@ -12,7 +12,8 @@ from ..broker.message import TaskMessage
 from ..broker.workflow import WORKFLOW_TASK
 from ..conf import get_settings
 from ..exceptions import InvalidTask
-from ..registry import build_message, find_task_type
+from ..message_builder import build_message
+from ..registry import find_task_type
 
 #: Children per activation command (and per activation script call).
 ACTIVATION_BATCH = 500

@@ -1,0 +1,215 @@
+"""Building the message of a task call: its options resolved against the settings, its
+arguments checked against the handler and against JSON."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import secrets
+import time
+from collections.abc import Callable, Iterable, Sequence
+from functools import lru_cache
+from typing import Any, Protocol
+
+from .broker.message import MAX_PRIORITY, MIN_PRIORITY, TaskMessage
+from .conf import get_settings
+from .exceptions import InvalidArguments, InvalidTask
+from .queue_names import warn_if_unnamed
+from .task_options import TASK_ID_PATTERN, TASK_ID_RULE, as_instant, as_seconds, check_queue
+
+
+class TaskSpec(Protocol):
+    """What a message is built from: a task type's name, handler and options (a `TaskType`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def func(self) -> Callable[..., Any]: ...
+
+    @property
+    def options(self) -> dict[str, Any]: ...
+
+
+def build_message(
+    task_type: TaskSpec, args: Sequence[Any], kwargs: dict[str, Any], *, tuples_become_lists: bool = False
+) -> TaskMessage:
+    """Resolve a call's options against the defaults and validate everything into a message.
+
+    The arguments must fit the handler's signature and come back from JSON as they were given,
+    tuples aside with `tuples_become_lists` (`django.tasks`' rule); else InvalidArguments."""
+    conf = get_settings()
+    opts = task_type.options
+    now = time.time()
+    queue = opts.get("queue") or conf.DEFAULT_QUEUE
+    check_queue(queue, task_type.name)
+    warn_if_unnamed(queue, task_type.name)
+
+    priority = opts.get("priority", 0)
+    if (
+        not isinstance(priority, int)
+        or isinstance(priority, bool)
+        or not MIN_PRIORITY <= priority <= MAX_PRIORITY
+    ):
+        raise InvalidTask(
+            f"priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}, not {priority!r}."
+        )
+    max_retries = opts.get("max_retries", conf.MAX_RETRIES)
+    if not isinstance(max_retries, int) or isinstance(max_retries, bool) or max_retries < 0:
+        raise InvalidTask(f"max_retries must be a non-negative integer, not {max_retries!r}.")
+    timeout = as_seconds(opts.get("timeout", conf.TIMEOUT), "timeout", allow_none=True)
+    retention = as_seconds(opts.get("retention", conf.RETENTION), "retention")
+    deadline = as_instant(opts.get("deadline"), "deadline", now)
+    process_at = _process_at(opts, now)
+
+    args, kwargs = list(args), dict(kwargs)
+    _bind(task_type, args, kwargs)
+    arguments_json = _arguments_json(args, kwargs, task_type.name, tuples_become_lists=tuples_become_lists)
+
+    unique = opts.get("unique", False)
+    unique_key = opts.get("unique_key")
+    unique_ttl = None
+    if unique or unique_key:
+        unique_ttl = conf.UNIQUE_TTL if unique is True or not unique else as_seconds(unique, "unique")
+        if unique_key is None:
+            digest = hashlib.sha1(arguments_json.encode()).hexdigest()
+            unique_key = f"{task_type.name}:{digest}"
+        elif not isinstance(unique_key, str) or not unique_key:
+            raise InvalidTask(f"unique_key must be a non-empty string, not {unique_key!r}.")
+
+    task_id = opts.get("task_id")
+    if task_id is None:
+        # 22 URL-safe characters, 128 random bits (a uuid4 has 122): short enough for Redis'
+        # 32-byte allocations, and an id is stored three times (msg, state, the state's set).
+        # Never a leading "-", which the management commands would take for an option.
+        task_id = secrets.token_urlsafe(16)
+        while task_id[0] == "-":
+            task_id = secrets.token_urlsafe(16)
+    elif not isinstance(task_id, str) or not TASK_ID_PATTERN.fullmatch(task_id):
+        raise InvalidTask(f"task_id must be {TASK_ID_RULE}, not {task_id!r}.")
+
+    return TaskMessage(
+        id=task_id,
+        task=task_type.name,
+        queue=queue,
+        args=args,
+        kwargs=kwargs,
+        priority=priority,
+        max_retries=max_retries,
+        timeout=timeout,
+        deadline=deadline,
+        retention=retention or 0.0,
+        unique_key=unique_key,
+        unique_ttl=unique_ttl,
+        enqueued_at=now,
+        process_at=process_at,
+    )
+
+
+@lru_cache(maxsize=1024)
+def _signature(func: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        return inspect.signature(func)
+    except (TypeError, ValueError):  # a callable whose signature Python cannot tell
+        return None
+
+
+def _bind(task_type: TaskSpec, args: list[Any], kwargs: dict[str, Any]) -> None:
+    """Raise InvalidArguments (a TypeError) in the caller if the handler could not take these
+    arguments, rather than have the worker fail the task with the same TypeError."""
+    signature = _signature(task_type.func)
+    if signature is None:
+        return
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        raise InvalidArguments(
+            f"Task {task_type.name!r} cannot be called with these arguments: {exc} (it takes {signature})."
+        ) from None
+
+
+#: The canonical form of a call's arguments (sorted keys, no spaces) that unique keys hash.
+_ARGUMENTS_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def _arguments_json(
+    args: list[Any], kwargs: dict[str, Any], task_name: str, *, tuples_become_lists: bool = False
+) -> str:
+    """Encode the arguments canonically (the unique key hashes this), or say which one is not
+    JSON or would not come back from JSON as given. `tuples_become_lists` allows tuples, as
+    `django.tasks` does (its own backends hand the handler lists too)."""
+    try:
+        encoded = _ARGUMENTS_ENCODER.encode([args, kwargs])
+    except (TypeError, ValueError):
+        pass
+    else:
+        changed = None
+        if any(type(value) not in _SCALARS for value in args) or any(
+            type(value) not in _SCALARS for value in kwargs.values()
+        ):
+            changed = _changed_by_json([args, kwargs], tuples_become_lists)
+        if changed is None:
+            return encoded
+        where, why = changed
+        raise InvalidArguments(
+            f"The {_describe_argument(where)} of task {task_name!r} would reach the handler changed: {why}."
+        )
+    for what, value in [
+        *((f"argument {i}", arg) for i, arg in enumerate(args)),
+        *((f"argument {name!r}", arg) for name, arg in kwargs.items()),
+    ]:
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise InvalidTask(f"The {what} of task {task_name!r} must be JSON-serializable: {exc}.") from None
+    raise InvalidTask(f"The arguments of task {task_name!r} must be JSON-serializable.")
+
+
+#: Types whose values come back from JSON as they were; one of their subclasses (an IntEnum)
+#: comes back as the type it derives from.
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _changed_by_json(
+    value: Any, tuples_become_lists: bool, path: tuple[Any, ...] = ()
+) -> tuple[tuple[Any, ...], str] | None:
+    """Where (a path into [args, kwargs]) and how JSON-encodable data would not decode as it
+    was; None if it would."""
+    if isinstance(value, tuple) and not tuples_become_lists:
+        return path, "a tuple decodes as a list (pass a list)"
+    if isinstance(value, list | tuple):
+        items: Iterable[tuple[Any, Any]] = enumerate(value)
+    elif isinstance(value, dict):
+        for key in value:
+            if not isinstance(key, str):
+                return (*path, key), f"the key {key!r} decodes as the string {json.dumps(key)!r}"
+        items = value.items()
+    elif type(value) not in _SCALARS:
+        base = next(t for t in (bool, int, float, str) if isinstance(value, t))
+        return path, f"a {type(value).__name__} decodes as a plain {base.__name__}"
+    else:
+        return None
+    for where, item in items:
+        if type(item) not in _SCALARS:
+            changed = _changed_by_json(item, tuples_become_lists, (*path, where))
+            if changed:
+                return changed
+    return None
+
+
+def _describe_argument(path: tuple[Any, ...]) -> str:
+    """Name a place in [args, kwargs]: "argument 0", "argument 'items' [2]['a']"."""
+    if len(path) < 2:
+        return "arguments"
+    name = f"argument {path[1]}" if path[0] == 0 else f"argument {path[1]!r}"
+    return name + "".join(f"[{step!r}]" for step in path[2:])
+
+
+def _process_at(opts: dict[str, Any], now: float) -> float | None:
+    delay, process_at = opts.get("delay"), opts.get("process_at")
+    if delay is not None and process_at is not None:
+        raise InvalidTask("Give delay or process_at, not both.")
+    if delay is not None:
+        return now + as_seconds(delay, "delay")
+    return as_instant(process_at, "process_at", now)
