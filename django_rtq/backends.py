@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import inspect
 import time
-import traceback as tb
 from dataclasses import dataclass
 from datetime import datetime
 from functools import wraps
@@ -21,6 +20,7 @@ from django.db import transaction
 from django.utils.module_loading import import_string
 
 from . import outbox
+from .broker.attempt import error_path, format_traceback, will_retry
 from .broker.inspect import TaskInfo
 from .broker.message import TaskMessage
 from .broker.states import TaskState
@@ -384,15 +384,17 @@ def _runner(task: RTQTask) -> Any:
             object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
             object.__setattr__(result, "_return_value", value)
         else:
-            cls = type(error)
             result.errors.append(
-                TaskError(
-                    exception_class_path=f"{cls.__module__}.{cls.__qualname__}",
-                    traceback="".join(tb.format_exception(error)),
-                )
+                TaskError(exception_class_path=error_path(error), traceback=format_traceback(error))
             )
             context = current_task()
-            if context is not None and context.retried < context.max_retries:
+            if context is not None and will_retry(
+                error,
+                retried=context.retried,
+                max_retries=context.max_retries,
+                deadline=context.deadline,
+                now=time.time(),
+            ):
                 return  # it will run again: not finished
             object.__setattr__(result, "status", TaskResultStatus.FAILED)
         task_finished.send(RTQBackend, task_result=result)
