@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..exceptions import DeadlineExceeded, NonRetryableError, TaskCancelled
+from .message import is_utf8
 
 #: Errors that archive a task at once, whatever retries it has left.
 NON_RETRYABLE = (NonRetryableError, DeadlineExceeded, TaskCancelled)
@@ -44,6 +45,52 @@ def will_retry(
         and retried < max_retries
         and (deadline is None or deadline > now)
     )
+
+
+_OPTIONAL_NUMBER = (int, float, type(None))
+_OPTIONAL_STR = (str, type(None))
+#: The attempt facts whose types the worker relies on.
+_INFO_TYPES: dict[str, tuple[type, ...]] = {
+    "retried": (int,),
+    "recovered": (int,),
+    "requeued": (int,),
+    "errors": (list,),
+    "workers": (list,),
+    "started_at": _OPTIONAL_NUMBER,
+    "attempted_at": _OPTIONAL_NUMBER,
+    "worker": _OPTIONAL_STR,
+    "error": (str,),
+    "error_type": (str,),
+    "traceback": (str,),
+}
+
+
+def parse_info(raw: str | None) -> tuple[dict[str, Any], str | None]:
+    """Read a task's stored info (attempt facts) as a worker claims it. Never raises: return
+    the info, with the facts of a wrong type left out, and what was wrong with it (None if
+    nothing was)."""
+    if not raw:
+        return {}, None
+    if not raw.isascii() and not is_utf8(raw):
+        return {}, f"not UTF-8: {raw[:80]!r}"
+    try:
+        info = json.loads(raw)
+    except ValueError:
+        return {}, f"not JSON: {raw[:80]!r}"
+    if not isinstance(info, dict):
+        return {}, f"not a JSON object: {raw[:80]!r}"
+    wrong = [
+        name
+        for name, types in _INFO_TYPES.items()
+        if name in info and (not isinstance(info[name], types) or isinstance(info[name], bool))
+    ]
+    if isinstance(info.get("errors"), list) and not all(isinstance(e, dict) for e in info["errors"]):
+        wrong.append("errors")
+    if not wrong:
+        return info, None
+    for name in wrong:
+        info.pop(name, None)
+    return info, f"of the wrong type in {', '.join(sorted(set(wrong)))}"
 
 
 def _number(value: Any) -> float | None:
