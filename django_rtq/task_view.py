@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from .broker.attempt import AttemptInfo
+from .broker.attempt import AttemptInfo, error_records
 from .broker.inspect import TaskInfo
 from .broker.message import TaskMessage
 from .broker.states import TaskState
@@ -63,7 +63,7 @@ class TaskView:
     @property
     def error_records(self) -> list[dict[str, Any]]:
         """The recorded errors, leaving out any malformed."""
-        return [error for error in self.errors if isinstance(error, dict)]
+        return error_records(self.errors)
 
     @property
     def running_since(self) -> datetime | None:

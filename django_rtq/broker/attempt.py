@@ -16,7 +16,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..exceptions import DeadlineExceeded, NonRetryableError, TaskCancelled
-from .message import is_utf8
+from .message import OPTIONAL_NUMBER, OPTIONAL_STR, is_utf8
 
 #: Errors that archive a task at once, whatever retries it has left.
 NON_RETRYABLE = (NonRetryableError, DeadlineExceeded, TaskCancelled)
@@ -47,8 +47,6 @@ def will_retry(
     )
 
 
-_OPTIONAL_NUMBER = (int, float, type(None))
-_OPTIONAL_STR = (str, type(None))
 #: The attempt facts whose types the worker relies on.
 _INFO_TYPES: dict[str, tuple[type, ...]] = {
     "retried": (int,),
@@ -56,9 +54,9 @@ _INFO_TYPES: dict[str, tuple[type, ...]] = {
     "requeued": (int,),
     "errors": (list,),
     "workers": (list,),
-    "started_at": _OPTIONAL_NUMBER,
-    "attempted_at": _OPTIONAL_NUMBER,
-    "worker": _OPTIONAL_STR,
+    "started_at": OPTIONAL_NUMBER,
+    "attempted_at": OPTIONAL_NUMBER,
+    "worker": OPTIONAL_STR,
     "error": (str,),
     "error_type": (str,),
     "traceback": (str,),
@@ -91,6 +89,11 @@ def parse_info(raw: str | None) -> tuple[dict[str, Any], str | None]:
     for name in wrong:
         info.pop(name, None)
     return info, f"of the wrong type in {', '.join(sorted(set(wrong)))}"
+
+
+def error_records(errors: list[Any]) -> list[dict[str, Any]]:
+    """Recorded errors ({"type", "message", "traceback"}), leaving out any malformed."""
+    return [error for error in errors if isinstance(error, dict)]
 
 
 def _number(value: Any) -> float | None:
@@ -167,7 +170,7 @@ class AttemptInfo:
     @property
     def error_records(self) -> list[dict[str, Any]]:
         """The recorded errors, one per failed attempt (the latest ones), leaving out any malformed."""
-        return [error for error in self.errors if isinstance(error, dict)]
+        return error_records(self.errors)
 
     def attempted(self, worker_id: str, started_at: float | None) -> dict[str, Any]:
         """The info to store with the attempt that just ended added: who ran it and when it

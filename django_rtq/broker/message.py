@@ -84,8 +84,8 @@ _OPTIONAL_FIELDS: tuple[tuple[str, Any], ...] = tuple(
 _ALWAYS_STORED = frozenset({"enqueued_at"})
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 _NUMBER = (int, float)
-_OPTIONAL_NUMBER = (int, float, type(None))
-_OPTIONAL_STR = (str, type(None))
+OPTIONAL_NUMBER = (int, float, type(None))
+OPTIONAL_STR = (str, type(None))
 #: The type(s) each message field must have; a message read from Redis is checked against it.
 _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "id": (str,),
@@ -95,15 +95,15 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "kwargs": (dict,),
     "priority": (int,),
     "max_retries": (int,),
-    "timeout": _OPTIONAL_NUMBER,
-    "deadline": _OPTIONAL_NUMBER,
+    "timeout": OPTIONAL_NUMBER,
+    "deadline": OPTIONAL_NUMBER,
     "retention": _NUMBER,
-    "unique_key": _OPTIONAL_STR,
-    "unique_ttl": _OPTIONAL_NUMBER,
+    "unique_key": OPTIONAL_STR,
+    "unique_ttl": OPTIONAL_NUMBER,
     "enqueued_at": _NUMBER,
-    "process_at": _OPTIONAL_NUMBER,
-    "parent": _OPTIONAL_STR,
-    "parent_queue": _OPTIONAL_STR,
+    "process_at": OPTIONAL_NUMBER,
+    "parent": OPTIONAL_STR,
+    "parent_queue": OPTIONAL_STR,
     "position": (int, str, type(None)),
 }
 
