@@ -9,19 +9,20 @@ from __future__ import annotations
 
 import inspect
 import time
-import traceback as tb
 from dataclasses import dataclass
 from datetime import datetime
 from functools import wraps
 from inspect import iscoroutinefunction
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
+from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from . import sending
-from .broker.inspect import TaskInfo
+from .broker.attempt import AttemptInfo, error_path, format_traceback, will_retry
 from .broker.message import TaskMessage
 from .broker.states import TaskState
 from .conf import LIMIT_OPTIONS, get_settings, validate_queue_name
@@ -29,9 +30,9 @@ from .context import current_task
 from .exceptions import BrokerUnavailable, InvalidArguments, InvalidTask, TaskNotFound
 from .formats import django_datetime
 from .message_builder import build_message
-from .models import FinishedTask
 from .operations import Operations
 from .registry import TaskType, register_task
+from .task_view import TaskView, task_view
 
 try:  # Django 6.0+
     from django.tasks.backends.base import BaseTaskBackend
@@ -56,6 +57,9 @@ STATUS_OF_STATE = {
     TaskState.ARCHIVED: TaskResultStatus.FAILED,
     TaskState.WAITING: TaskResultStatus.RUNNING,  # a workflow, waiting for its children
 }
+
+#: The statuses of a task that has finished.
+FINISHED = (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
 
 #: Keys of a backend's OPTIONS that are defaults for its tasks, over RTQ's own.
 BACKEND_OPTIONS = {"MAX_RETRIES": "max_retries", "TIMEOUT": "timeout", "RETENTION": "retention"}
@@ -205,11 +209,10 @@ class RTQBackend(BaseTaskBackend):
             except TaskResultDoesNotExist:
                 pass
             raise
-        if isinstance(found, FinishedTask):
-            return self._result_from_row(found)
-        if found.message is None:
+        view = task_view(found)
+        if view.live and view.message is None:
             raise TaskResultDoesNotExist(f"Task {result_id!r} has a message that cannot be read.")
-        return self._result_from_live(found, found.message)
+        return self._result(view)
 
     def _result_from_outbox(self, result_id: str) -> TaskResult:
         """A task stored in the outbox, not in Redis yet (Redis was away at the commit)."""
@@ -220,100 +223,53 @@ class RTQBackend(BaseTaskBackend):
             message = TaskMessage.from_json(row.message, id=row.task_id, queue=row.queue)
         except ValueError:
             raise TaskResultDoesNotExist(f"Task {result_id!r} has a message that cannot be read.") from None
-        return self._result(
-            result_id,
-            task_name=message.task,
+        task = self._django_task(result_id, message.task)
+        return TaskResult(
+            task=task,
+            id=result_id,
             status=TaskResultStatus.READY,
+            enqueued_at=django_datetime(message.enqueued_at),
+            started_at=None,
+            finished_at=None,
+            last_attempted_at=None,
             args=message.args,
             kwargs=message.kwargs,
-            enqueued_at=message.enqueued_at,
-            info={},
-            workers=[],
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
         )
 
-    def _result_from_live(self, live: TaskInfo, message: TaskMessage) -> TaskResult:
-        info = dict(live.info)
-        workers = list(info.get("workers") or [])
-        if live.state == TaskState.ACTIVE:
-            workers.append(live.owner or "")
-            if not info.get("attempted_at") and live.score_at:
-                # Not recorded while it runs: the start of its current lease is near enough.
-                info["attempted_at"] = live.score_at - get_settings().LEASE_SECONDS
-            info.setdefault("started_at", info.get("attempted_at"))
-        return self._result(
-            live.id,
-            task_name=message.task,
-            status=STATUS_OF_STATE[live.state],
-            args=message.args,
-            kwargs=message.kwargs,
-            enqueued_at=message.enqueued_at,
-            info=info,
-            workers=workers,
-            return_value=live.result,
+    def _result(self, view: TaskView) -> TaskResult:
+        """A task's view as Django reads a result; a running attempt's start is its lease's."""
+        status = STATUS_OF_STATE[view.state]
+        last_attempted_at = view.last_attempted_at or view.running_since
+        started_at = view.started_at or (last_attempted_at if view.state == TaskState.ACTIVE else None)
+        result = TaskResult(
+            task=self._django_task(view.id, view.task or ""),
+            id=view.id,
+            status=status,
+            enqueued_at=_django_time(view.enqueued_at),
+            started_at=_django_time(started_at),
+            finished_at=_django_time(view.finished_at) if status in FINISHED else None,
+            last_attempted_at=_django_time(last_attempted_at),
+            args=view.args,
+            kwargs=view.kwargs,
+            backend=self.alias,
+            errors=_task_errors(view.error_records),
+            worker_ids=view.workers,
         )
+        if status == TaskResultStatus.SUCCESSFUL:
+            object.__setattr__(result, "_return_value", view.result)
+        return result
 
-    def _result_from_row(self, row: FinishedTask) -> TaskResult:
-        return self._result(
-            row.task_id,
-            task_name=row.task_name,
-            status=TaskResultStatus.SUCCESSFUL if row.succeeded else TaskResultStatus.FAILED,
-            args=row.args,
-            kwargs=row.kwargs,
-            enqueued_at=row.enqueued_at,
-            info={"errors": row.errors},
-            workers=row.workers or [row.worker] * row.attempts,
-            return_value=row.return_value,
-            started_at=row.started_at,
-            last_attempted_at=_last_attempt(row),
-            finished_at=row.finished_at,
-        )
-
-    def _result(
-        self,
-        result_id: str,
-        *,
-        task_name: str,
-        status: TaskResultStatus,
-        args: list[Any],
-        kwargs: dict[str, Any],
-        enqueued_at: float | datetime | None,
-        info: dict[str, Any],
-        workers: list[str],
-        return_value: Any = None,
-        started_at: datetime | None = None,
-        last_attempted_at: datetime | None = None,
-        finished_at: datetime | None = None,
-    ) -> TaskResult:
+    def _django_task(self, result_id: str, task_name: str) -> Task:
         try:
             task = import_string(task_name)
         except ImportError:
             task = None
         if not isinstance(task, Task):
             raise TaskResultDoesNotExist(f"Task {result_id!r} ({task_name}) is not a django.tasks task.")
-        if status in (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED) and finished_at is None:
-            finished_at = django_datetime(info.get("finished_at") or info.get("failed_at"))
-        result = TaskResult(
-            task=task,
-            id=result_id,
-            status=status,
-            enqueued_at=_when(enqueued_at),
-            started_at=started_at or django_datetime(info.get("started_at")),
-            finished_at=finished_at,
-            last_attempted_at=last_attempted_at or django_datetime(info.get("attempted_at")),
-            args=args,
-            kwargs=kwargs,
-            backend=self.alias,
-            errors=[
-                TaskError(
-                    exception_class_path=error.get("type") or "", traceback=error.get("traceback") or ""
-                )
-                for error in info.get("errors") or []
-            ],
-            worker_ids=workers,
-        )
-        if status == TaskResultStatus.SUCCESSFUL:
-            object.__setattr__(result, "_return_value", return_value)
-        return result
+        return task
 
 
 def _nothing_to_announce(messages: Any) -> None:
@@ -334,16 +290,19 @@ def _task_type(task: Task) -> TaskType:
     ).rtq_task_type
 
 
-def _last_attempt(row: Any) -> datetime | None:
-    """When the row's last attempt started: never before the first (both are rounded to µs)."""
-    if row.duration is None:
-        return row.started_at
-    last = row.finished_at - row.duration
-    return max(last, row.started_at) if row.started_at else last
+def _task_errors(records: list[dict[str, Any]]) -> list[TaskError]:
+    """Recorded errors ({"type", "message", "traceback"}) as Django's."""
+    return [
+        TaskError(exception_class_path=error.get("type") or "", traceback=error.get("traceback") or "")
+        for error in records
+    ]
 
 
-def _when(value: float | datetime | None) -> datetime | None:
-    return value if isinstance(value, datetime) or value is None else django_datetime(value)
+def _django_time(moment: datetime | None) -> datetime | None:
+    """A view's time as Django keeps times: naive local time without USE_TZ."""
+    if moment is None or settings.USE_TZ or timezone.is_naive(moment):
+        return moment
+    return timezone.make_naive(moment)
 
 
 def _runner(task: RTQTask) -> Any:
@@ -353,25 +312,21 @@ def _runner(task: RTQTask) -> Any:
 
     def running_result(args: tuple, kwargs: dict) -> TaskResult:
         context = current_task()
-        info = context.info if context else {}
+        attempt = AttemptInfo.from_mapping(context.info if context else None)
         started = django_datetime(context.started_at) if context else None
-        first_started = info.get("started_at")  # set only once an earlier attempt ran
         return TaskResult(
             task=task,
             id=context.id if context else "",
             status=TaskResultStatus.RUNNING,
             enqueued_at=django_datetime(context.enqueued_at) if context else None,
-            started_at=(django_datetime(first_started) or started) if first_started is not None else started,
+            started_at=django_datetime(attempt.started_at) or started,  # of an earlier attempt, if one ran
             finished_at=None,
             last_attempted_at=started,
             args=args,  # normalised to a list, as kwargs to a new dict, by TaskResult
             kwargs=kwargs,
             backend=task.backend,
-            errors=[
-                TaskError(exception_class_path=e.get("type") or "", traceback=e.get("traceback") or "")
-                for e in info.get("errors") or ()
-            ],
-            worker_ids=[*info.get("workers", ()), context.worker_id if context else ""],
+            errors=_task_errors(attempt.error_records),
+            worker_ids=[*attempt.workers, context.worker_id if context else ""],
         )
 
     def started(args: tuple, kwargs: dict) -> tuple[TaskResult, tuple]:
@@ -385,15 +340,17 @@ def _runner(task: RTQTask) -> Any:
             object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
             object.__setattr__(result, "_return_value", value)
         else:
-            cls = type(error)
             result.errors.append(
-                TaskError(
-                    exception_class_path=f"{cls.__module__}.{cls.__qualname__}",
-                    traceback="".join(tb.format_exception(error)),
-                )
+                TaskError(exception_class_path=error_path(error), traceback=format_traceback(error))
             )
             context = current_task()
-            if context is not None and context.retried < context.max_retries:
+            if context is not None and will_retry(
+                error,
+                retried=context.retried,
+                max_retries=context.max_retries,
+                deadline=context.deadline,
+                now=time.time(),
+            ):
                 return  # it will run again: not finished
             object.__setattr__(result, "status", TaskResultStatus.FAILED)
         task_finished.send(RTQBackend, task_result=result)

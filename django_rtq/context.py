@@ -18,6 +18,7 @@ class TaskContext:
     worker_id: str = ""
     enqueued_at: float = 0.0  # epoch seconds
     started_at: float = 0.0  # of this attempt, epoch seconds
+    deadline: float | None = None  # epoch seconds by which it must have finished, if any
     info: dict = field(default_factory=dict)  # attempt facts before this attempt (workers, errors)
 
     def progress(self, done: float, total: float | None = None) -> None:

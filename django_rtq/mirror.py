@@ -13,6 +13,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django.db.models.constants import OnConflict
 
 from .broker import Broker
+from .broker.attempt import AttemptInfo
 from .formats import django_datetime
 from .models import FinishedTask
 
@@ -40,14 +41,14 @@ def values_from_record(task_id: str, queue: str, record_json: str) -> dict[str, 
     """A buffered record's row as field values by attribute name."""
     record = json.loads(record_json)
     msg = record.get("msg")
-    info = record.get("info") or {}
+    info = AttemptInfo.from_mapping(record.get("info"))
     if not isinstance(msg, dict):  # the message was missing or corrupt
         msg = {"task": "", "args": [], "kwargs": {}}
     succeeded = record.get("status") == "succeeded"
     # The worker's own clock, as precise as the start time; the script's (ms) if it has none.
-    finished_at = info.get("finished_at" if succeeded else "failed_at") or record["finished_at"] / 1000
-    attempted_at = info.get("attempted_at")
-    workers = info.get("workers") or []
+    finished_at = (info.finished_at if succeeded else info.failed_at) or record["finished_at"] / 1000
+    attempted_at = info.attempted_at
+    workers = info.workers
     return dict(
         task_id=task_id,
         task_name=_clip(msg.get("task") or ""),
@@ -57,15 +58,15 @@ def values_from_record(task_id: str, queue: str, record_json: str) -> dict[str, 
         kwargs=msg.get("kwargs") or {},
         priority=msg.get("priority") or 0,
         return_value=record.get("result") if succeeded else None,
-        error_class="" if succeeded else _clip(info.get("error_type") or ""),
-        error_message="" if succeeded else info.get("error") or "",
-        traceback="" if succeeded else info.get("traceback") or "",
-        errors=info.get("errors") or [],
-        attempts=max(len(workers), int(info.get("retried", 0)) + 1),
-        worker=_clip(info.get("worker") or ""),
+        error_class="" if succeeded else _clip(info.error_type or ""),
+        error_message="" if succeeded else info.error or "",
+        traceback="" if succeeded else info.traceback or "",
+        errors=info.errors,
+        attempts=max(len(workers), info.retried + 1),
+        worker=_clip(info.worker or ""),
         workers=workers,
         enqueued_at=django_datetime(msg.get("enqueued_at")),
-        started_at=django_datetime(info.get("started_at")),
+        started_at=django_datetime(info.started_at),
         finished_at=django_datetime(finished_at),
         duration=timedelta(seconds=max(0.0, finished_at - attempted_at)) if attempted_at else None,
         parent_id=_clip(msg.get("parent") or ""),

@@ -4,6 +4,8 @@ its worker, their `TaskResult` read from Redis while live and from the ORM mirro
 from __future__ import annotations
 
 import asyncio
+import time
+from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
@@ -21,7 +23,8 @@ from django_rtq.backends import (
     task_finished,
     task_started,
 )
-from django_rtq.broker import TaskState
+from django_rtq.broker import TaskState, manual
+from django_rtq.exceptions import DeadlineExceeded, NonRetryableError, TaskCancelled
 from django_rtq.models import FinishedTask
 from tests.conftest import wait_for
 from tests.test_broker import WORKER, claim_ids, done
@@ -107,6 +110,64 @@ def test_a_failed_task_reports_its_error_and_traceback(mirroring, run_worker):
     with pytest.raises(ValueError, match="failed"):
         result.return_value  # noqa: B018
     wait_for(lambda: FinishedTask.objects.filter(pk=result.id).exists())
+
+
+@contextmanager
+def djangos_finished_results():
+    """The results Django's `task_finished` carries, as they are sent."""
+    results = []
+
+    def on_finished(sender, task_result, **kwargs):
+        results.append((task_result, task_result.status))
+
+    task_finished.connect(on_finished)
+    try:
+        yield results
+    finally:
+        task_finished.disconnect(on_finished)
+
+
+def assert_finished_as_failed(results, task_id, error_class):
+    [(result, status)] = [(result, status) for result, status in results if result.id == task_id]
+    assert status == TaskResultStatus.FAILED
+    assert result.errors[-1].exception_class_path == f"{error_class.__module__}.{error_class.__qualname__}"
+
+
+def test_a_task_refusing_a_retry_is_finished_though_it_has_retries_left(mirroring, run_worker):
+    with djangos_finished_results() as finished:
+        result = dtasks.refuses_a_retry.enqueue("refuses")
+        with run_worker():
+            wait_status(result, TaskResultStatus.FAILED)
+            wait_for(lambda: finished)
+    assert_finished_as_failed(finished, result.id, NonRetryableError)
+    assert result.attempts == 1
+
+
+def test_a_task_past_its_deadline_is_finished_though_it_has_retries_left(mirroring, run_worker):
+    task_type = dtasks.waits_with_retries_left.rtq_task_type.using(deadline=time.time() + 0.5)
+    with djangos_finished_results() as finished:
+        message = task_type.enqueue("late")
+        with run_worker():
+            result = wait_status(
+                dtasks.waits_with_retries_left.get_result(message.id), TaskResultStatus.FAILED
+            )
+            wait_for(lambda: finished)
+    assert_finished_as_failed(finished, message.id, DeadlineExceeded)
+    assert result.attempts == 1
+
+
+def test_a_cancelled_task_is_finished_though_it_has_retries_left(mirroring, run_worker, broker):
+    with djangos_finished_results() as finished:
+        result = dtasks.waits_with_retries_left.enqueue("cancelled")
+        with run_worker(concurrency=1) as worker:
+            wait_for(worker.subscriber.subscribed.is_set)
+            wait_status(result, TaskResultStatus.RUNNING)
+            wait_for(lambda: client().lrange(report_key("cancelled"), 0, -1))
+            assert manual.cancel(broker, "default", result.id, TaskState.ACTIVE) >= 1
+            wait_status(result, TaskResultStatus.FAILED)
+            wait_for(lambda: finished)
+    assert_finished_as_failed(finished, result.id, TaskCancelled)
+    assert result.attempts == 1
 
 
 def test_rtq_options_combine_with_djangos_task_decorator(mirroring, run_worker):

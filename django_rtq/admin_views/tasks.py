@@ -14,6 +14,7 @@ from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
 
 from ..broker import TaskState
+from ..broker.attempt import AttemptInfo
 from ..broker.inspect import NAME_SEARCH_SCAN, TaskInfo
 from ..broker.message import OPTION_FIELDS
 from ..broker.states import Action
@@ -21,6 +22,8 @@ from ..exceptions import TaskNotFound
 from ..formats import django_datetime, format_duration
 from ..operations import Operations
 from ..permissions import VIEW_HISTORY
+from ..task_view import TaskView
+from ..task_view import live_view as live_task_view
 from .actions import offers
 from .common import STATE_TIME_LABELS, STATES, admin_url, live_view, page_context, task_url
 
@@ -192,7 +195,7 @@ def task_list(request: HttpRequest, model_admin: ModelAdmin, ops: Operations, st
             else (number, None)
             for number in page.paginator.get_elided_page_range(page.number, on_each_side=2, on_ends=1)
         ],
-        rows=[task_row(model_admin, task) for task in page.object_list],
+        rows=[task_row(model_admin, live_task_view(task)) for task in page.object_list],
         page_sizes=[
             (
                 size,
@@ -235,17 +238,17 @@ def page_size(asked: str | None) -> int:
     return size if size in PAGE_SIZES else PER_PAGE
 
 
-def task_row(model_admin: ModelAdmin, task: TaskInfo) -> dict[str, Any]:
+def task_row(model_admin: ModelAdmin, task: TaskView) -> dict[str, Any]:
     message = task.message
     return {
         "id": task.id,
         "url": task_url(model_admin, task.id, task.queue),
-        "task": message.task if message else None,
+        "task": task.task,
         "arguments": [message.args, message.kwargs] if message else None,
         "priority": message.priority if message else None,
         "enqueued_at": django_datetime(message.enqueued_at) if message else None,
         "retried": task.retried,
-        "error": shorten(task.last_error, ERROR_SHOWN),
+        "error": shorten(task.error, ERROR_SHOWN),
         "at": django_datetime(task.score_at),
         "owner": task.owner,
         "held": task.held,
@@ -267,16 +270,16 @@ def shorten(text: str | None, width: int = 80) -> str | None:
 def task_detail(request: HttpRequest, model_admin: ModelAdmin, ops: Operations, task_id: str) -> HttpResponse:
     queue = request.GET.get("queue") or None
     try:
-        task = ops.live_task(task_id, queue=queue)
+        found = ops.live_task(task_id, queue=queue)
     except TaskNotFound:
         if queue is None:
             return not_found(request, model_admin, ops, task_id)
         try:  # the queue in the link may be stale; the id is enough
-            task = ops.live_task(task_id)
+            found = ops.live_task(task_id)
         except TaskNotFound:
             return not_found(request, model_admin, ops, task_id)
+    task = live_task_view(found, ops.held_reason(found) if found.held else None)
     message = task.message
-    info = task.info
     context = page_context(
         request,
         model_admin,
@@ -284,28 +287,28 @@ def task_detail(request: HttpRequest, model_admin: ModelAdmin, ops: Operations, 
         subtitle=message.task if message else "Corrupt message",
         task=task,
         message=message,
-        held_reason=ops.held_reason(task) if task.held else None,
+        held_reason=task.held_back,
         list_url=admin_url(model_admin, "tasks", task.state, query={"queue": task.queue}),
         time_label=STATE_TIME_LABELS.get(task.state),
         at=django_datetime(task.score_at),
         options=task_options(message) if message else [],
         facts=[
             (FACT_LABELS.get(key) or in_words(key), read_fact(key, value))
-            for key, value in info.items()
+            for key, value in task.attempt.as_dict().items()
             if key not in INFO_SHOWN_APART
         ],
-        attempts=read_attempts(info),
-        error_type=info.get("error_type"),
-        traceback=info.get("traceback") or None,
+        attempts=read_attempts(task.attempt),
+        error_type=task.error_type,
+        traceback=task.traceback,
         has_result=task.result is not None,
-        # a workflow's progress: on the task info, or (workflows) a column of its own
-        progress=read_progress(getattr(task, "progress", None) or info.get("progress")),
-        parent_url=task_url(model_admin, message.parent, getattr(message, "parent_queue", None))
+        # a workflow's progress: its own column, or (workflows) its finished children
+        progress=read_progress(task.progress),
+        parent_url=task_url(model_admin, message.parent, message.parent_queue)
         if message and message.parent
         else None,
-        # a waiting workflow's running children (TaskInfo.children), or those its info lists
-        children=read_children(model_admin, list(getattr(task, "children", [])) or info.get("children")),
-        workflow=workflow_facts(getattr(task, "workflow", None) or {}),
+        # a waiting workflow's running children, or those its info lists
+        children=read_children(model_admin, task.children),
+        workflow=workflow_facts(task.workflow or {}),
         actions=offers(task.state),
         action_url=admin_url(model_admin, "task_action"),
         here=request.get_full_path(),
@@ -349,10 +352,9 @@ def read_fact(key: str, value: Any) -> Any:
     return value
 
 
-def read_attempts(info: dict[str, Any]) -> list[dict[str, Any]]:
+def read_attempts(attempt: AttemptInfo) -> list[dict[str, Any]]:
     """One row per attempt: its worker and, if it failed, its error (`workers` and `errors` lists)."""
-    workers = info.get("workers") if isinstance(info.get("workers"), list) else []
-    errors = info.get("errors") if isinstance(info.get("errors"), list) else []
+    workers, errors = attempt.workers, attempt.errors
     return [
         {
             "number": n + 1,

@@ -31,6 +31,7 @@ from ..operations import ActionReport
 from ..outbox import OutboxStats
 from ..permissions import API_PERMISSIONS, CHANGE_LIVE, ENQUEUE, VIEW_HISTORY, VIEW_LIVE
 from ..registry import TaskType
+from ..task_view import live_view, task_view
 from . import serializers as s
 from .arguments import argument_errors
 from .base import APIBase
@@ -38,7 +39,6 @@ from .exceptions import Conflict
 from .pagination import page_bounds, page_data
 from .permissions import ConfiguredAccessMixin
 from .schema import CONFLICT, INVALID, LOCATION, NOT_FOUND, documented
-from .task_data import live_task_data, task_data
 
 # Task types and enqueueing
 
@@ -140,7 +140,7 @@ class TaskDetailView(APIBase):
         task = self.ops.find_task(task_id, queue)  # a TaskInfo, or a FinishedTask row
         self.check_object_permissions(request, task)
         held_back = self.ops.held_reason(task) if isinstance(task, TaskInfo) else None
-        return Response(s.TaskSerializer(task_data(task, held_back)).data)
+        return Response(s.TaskSerializer(task_view(task, held_back)).data)
 
 
 def applies_to(action: Action) -> str:
@@ -163,7 +163,7 @@ class TaskActionView(APIBase):
     def task_now(self, report: ActionReport) -> Response:
         [ref] = report.acted
         task = self.ops.live_task(ref.id, ref.queue)
-        return Response(s.TaskSerializer(live_task_data(task, self.ops.held_reason(task))).data)
+        return Response(s.TaskSerializer(live_view(task, self.ops.held_reason(task))).data)
 
 
 ACTION_DOC = {
@@ -322,7 +322,7 @@ class QueueTasksView(APIBase):
         )
         held_back = self.ops.held_reasons(tasks)
         results = s.TaskSerializer(
-            [live_task_data(task, held_back.get(task.id)) for task in tasks], many=True
+            [live_view(task, held_back.get(task.id)) for task in tasks], many=True
         ).data
         return Response(page_data(request, count=count, offset=offset, limit=limit, results=results))
 

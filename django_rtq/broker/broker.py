@@ -18,9 +18,10 @@ import redis
 import redis.cluster
 
 from ..exceptions import BrokerUnavailable, DuplicateTask, TaskIdConflict
+from .attempt import parse_info
 from .keys import Keyspace, QueueKeys
 from .limits import NO_LIMITS, FlowLimits, LimitsSource, no_limits
-from .message import TaskMessage, parse_info
+from .message import TaskMessage
 from .scripts import LuaScript, load_scripts
 from .states import TaskState
 

@@ -15,6 +15,7 @@ from typing import Any
 import redis
 
 from ..exceptions import TaskNotFound
+from .attempt import AttemptInfo
 from .broker import Broker, translate_errors, utc_day
 from .limits import HELD_BASE, QUEUE_SCOPE, Limit, bucket_tokens
 from .message import TaskMessage
@@ -78,7 +79,7 @@ class TaskInfo:
     state: TaskState
     message: TaskMessage | None  # None when the stored message is corrupt
     raw_message: str | None
-    info: dict[str, Any] = field(default_factory=dict)  # retried, error, traceback, times, worker
+    attempt: AttemptInfo = field(default_factory=AttemptInfo)  # retried, errors, times, workers
     result: Any = None
     score_at: float | None = None  # epoch seconds: next attempt, archived at, lease or retention end
     owner: str | None = None  # worker holding an active task
@@ -97,12 +98,17 @@ class TaskInfo:
         return [f"{self.id}.{name[6:]}" for name in self.workflow if name.startswith("queue:")]
 
     @property
+    def info(self) -> dict[str, Any]:
+        """The attempt facts as stored (a copy)."""
+        return self.attempt.as_dict()
+
+    @property
     def retried(self) -> int:
-        return int(self.info.get("retried", 0))
+        return self.attempt.retried
 
     @property
     def last_error(self) -> str | None:
-        return self.info.get("error")
+        return self.attempt.error
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -423,7 +429,7 @@ class Inspector:
                     state=state,
                     message=message,
                     raw_message=raw,
-                    info=json.loads(info) if info else {},
+                    attempt=AttemptInfo.from_json(info),
                     result=json.loads(result) if result else None,
                     score_at=score / 1000 if score is not None and state != TaskState.PENDING else None,
                     owner=owner,

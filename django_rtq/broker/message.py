@@ -50,7 +50,7 @@ class TaskMessage:
         with every field, the id and queue among them (as earlier versions did: the id and queue
         given win over those); raise ValueError if it is not one, or a field is of a wrong type
         or out of its range. A field left out holds its default."""
-        if isinstance(raw, str) and not raw.isascii() and not _is_utf8(raw):
+        if isinstance(raw, str) and not raw.isascii() and not is_utf8(raw):
             raise ValueError("task message is not UTF-8")
         data = json.loads(raw)
         if not isinstance(data, dict):
@@ -84,8 +84,8 @@ _OPTIONAL_FIELDS: tuple[tuple[str, Any], ...] = tuple(
 _ALWAYS_STORED = frozenset({"enqueued_at"})
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 _NUMBER = (int, float)
-_OPTIONAL_NUMBER = (int, float, type(None))
-_OPTIONAL_STR = (str, type(None))
+OPTIONAL_NUMBER = (int, float, type(None))
+OPTIONAL_STR = (str, type(None))
 #: The type(s) each message field must have; a message read from Redis is checked against it.
 _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "id": (str,),
@@ -95,15 +95,15 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "kwargs": (dict,),
     "priority": (int,),
     "max_retries": (int,),
-    "timeout": _OPTIONAL_NUMBER,
-    "deadline": _OPTIONAL_NUMBER,
+    "timeout": OPTIONAL_NUMBER,
+    "deadline": OPTIONAL_NUMBER,
     "retention": _NUMBER,
-    "unique_key": _OPTIONAL_STR,
-    "unique_ttl": _OPTIONAL_NUMBER,
+    "unique_key": OPTIONAL_STR,
+    "unique_ttl": OPTIONAL_NUMBER,
     "enqueued_at": _NUMBER,
-    "process_at": _OPTIONAL_NUMBER,
-    "parent": _OPTIONAL_STR,
-    "parent_queue": _OPTIONAL_STR,
+    "process_at": OPTIONAL_NUMBER,
+    "parent": OPTIONAL_STR,
+    "parent_queue": OPTIONAL_STR,
     "position": (int, str, type(None)),
 }
 
@@ -118,7 +118,7 @@ _FIELD_RANGES = {
 }
 
 
-def _is_utf8(text: str) -> bool:
+def is_utf8(text: str) -> bool:
     """Whether a str read from Redis was valid UTF-8 (bad bytes read as escaped surrogates)."""
     try:
         text.encode("utf-8")
@@ -129,49 +129,6 @@ def _is_utf8(text: str) -> bool:
 
 def _type_names(types: tuple[type, ...]) -> str:
     return " or ".join("null" if t is type(None) else t.__name__ for t in types)
-
-
-#: The attempt facts (a task's info) whose types the worker relies on.
-_INFO_TYPES: dict[str, tuple[type, ...]] = {
-    "retried": (int,),
-    "recovered": (int,),
-    "requeued": (int,),
-    "errors": (list,),
-    "workers": (list,),
-    "started_at": _OPTIONAL_NUMBER,
-    "attempted_at": _OPTIONAL_NUMBER,
-    "worker": _OPTIONAL_STR,
-    "error": (str,),
-    "error_type": (str,),
-    "traceback": (str,),
-}
-
-
-def parse_info(raw: str | None) -> tuple[dict[str, Any], str | None]:
-    """Read a task's stored info (attempt facts). Never raises: return the info, with the
-    facts of a wrong type left out, and what was wrong with it (None if nothing was)."""
-    if not raw:
-        return {}, None
-    if not raw.isascii() and not _is_utf8(raw):
-        return {}, f"not UTF-8: {raw[:80]!r}"
-    try:
-        info = json.loads(raw)
-    except ValueError:
-        return {}, f"not JSON: {raw[:80]!r}"
-    if not isinstance(info, dict):
-        return {}, f"not a JSON object: {raw[:80]!r}"
-    wrong = [
-        name
-        for name, types in _INFO_TYPES.items()
-        if name in info and (not isinstance(info[name], types) or isinstance(info[name], bool))
-    ]
-    if isinstance(info.get("errors"), list) and not all(isinstance(e, dict) for e in info["errors"]):
-        wrong.append("errors")
-    if not wrong:
-        return info, None
-    for name in wrong:
-        info.pop(name, None)
-    return info, f"of the wrong type in {', '.join(sorted(set(wrong)))}"
 
 
 def child_notice(message: TaskMessage) -> str:

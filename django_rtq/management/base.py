@@ -16,6 +16,7 @@ from django_rtq.broker.states import ACTION_STATES, Action, TaskState
 from django_rtq.exceptions import BrokerUnavailable, QueueNotFound, RTQError, TaskNotFound
 from django_rtq.formats import plural
 from django_rtq.operations import DONE, Operations, TaskRef
+from django_rtq.task_view import TaskView
 
 #: What the time kept with a task means in each state (the score of its sorted set).
 STATE_TIME_KEYS = {
@@ -33,22 +34,22 @@ STATE_TIME_LABELS = {
 }
 
 
-def task_as_dict(task: TaskInfo) -> dict[str, Any]:
-    """Everything known about a task, as JSON-ready data (times in epoch seconds)."""
+def task_as_dict(task: TaskView) -> dict[str, Any]:
+    """Everything known about a live task, as JSON-ready data (times in epoch seconds)."""
     message = task.message
     data: dict[str, Any] = {
         "id": task.id,
         "queue": task.queue,
         "state": str(task.state),
-        "task": message.task if message else None,
+        "task": task.task,
         "args": message.args if message else None,
         "kwargs": message.kwargs if message else None,
         "options": {name: getattr(message, name) for name in OPTION_FIELDS} if message else None,
         "retried": task.retried,
-        "last_error": task.last_error,
-        "error_type": task.info.get("error_type"),
-        "traceback": task.info.get("traceback") or None,
-        "info": task.info,
+        "last_error": task.error,
+        "error_type": task.error_type,
+        "traceback": task.traceback,
+        "info": task.attempt.as_dict(),
         "result": task.result,
         "worker": task.owner,
     }

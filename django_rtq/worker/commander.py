@@ -10,6 +10,7 @@ import time
 from collections.abc import Sequence
 
 from ..broker import Broker
+from ..broker.attempt import error_path
 from ..broker.workflow import cancel_workflow
 from ..exceptions import BrokerUnavailable, CorruptWorkflow
 from ..workflows.commands import apply_due, workflow_of
@@ -25,7 +26,7 @@ COMMAND_RETRY_DELAY = 1.0
 FORGET_FAILURES_AFTER = 600.0
 #: Characters of a given-up command's JSON that are logged.
 LOGGED_BODY = 10_000
-CORRUPT_WORKFLOW = f"{CorruptWorkflow.__module__}.{CorruptWorkflow.__qualname__}"
+CORRUPT_WORKFLOW = error_path(CorruptWorkflow)
 
 
 class CommandRetries:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import traceback as tb
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,16 +10,14 @@ from django.dispatch import Signal
 
 from .. import signals
 from ..broker import Broker, ClaimedTask, TaskMessage, TaskState
-from ..exceptions import DeadlineExceeded, NonRetryableError, TaskCancelled
+from ..broker.attempt import AttemptInfo, format_traceback, will_retry
 from ..registry import get_task_type
 from ..retry import exponential_backoff
 
 logger = logging.getLogger(__name__)
 
-#: Errors that archive a task at once, whatever retries it has left.
-NON_RETRYABLE = (NonRetryableError, DeadlineExceeded, TaskCancelled)
-#: Errors kept in a task's info, the latest ones (each attempt's error, with its traceback).
-ERRORS_KEPT = 10
+#: format_traceback is the processor's too (broker/attempt.py).
+__all__ = ["Failure", "attempt_info", "format_traceback", "send_robust", "settle_failure"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -34,24 +31,9 @@ class Failure:
     started_at: float | None = None
 
 
-def error_path(exc: BaseException) -> str:
-    cls = type(exc)
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def format_traceback(exc: BaseException) -> str:
-    return "".join(tb.format_exception(exc))
-
-
 def attempt_info(info: dict[str, Any], worker_id: str, started_at: float | None) -> dict[str, Any]:
     """A task's info with the attempt that just ended added: who ran it and when it started."""
-    return {
-        **info,
-        "started_at": info.get("started_at") or started_at,  # of the first attempt
-        "attempted_at": started_at,  # of the latest attempt
-        "worker": worker_id,
-        "workers": [*info.get("workers", ()), worker_id],  # one per attempt
-    }
+    return AttemptInfo.from_mapping(info).attempted(worker_id, started_at)
 
 
 def send_robust(signal: Signal, sender: Any, **kwargs: Any) -> None:
@@ -80,26 +62,20 @@ def settle_failure(broker: Broker, failure: Failure, *, worker_id: str) -> TaskS
     """Send the task to retry or archived; return where it went, None if the result came late."""
     claimed, message, exc = failure.claimed, failure.message, failure.error
     now = broker.clock()
-    retried = int(claimed.info.get("retried", 0))
-    error = {"type": error_path(exc), "message": str(exc) or error_path(exc), "traceback": failure.traceback}
-    info: dict[str, Any] = {
-        **attempt_info(claimed.info, worker_id, failure.started_at),
-        "error_type": error["type"],
-        "error": error["message"],
-        "traceback": failure.traceback,
-        "errors": [*claimed.info.get("errors", ()), error][-ERRORS_KEPT:],
-        "failed_at": now,
-    }
-    retryable = (
-        message is not None
-        and not isinstance(exc, NON_RETRYABLE)
-        and retried < message.max_retries
-        and (message.deadline is None or message.deadline > now)
+    facts = AttemptInfo.from_mapping(claimed.info)
+    retried = facts.retried
+    retryable = message is not None and will_retry(
+        exc, retried=retried, max_retries=message.max_retries, deadline=message.deadline, now=now
     )
-    retry_at_ms = 0
-    if retryable:
-        retry_at_ms = int((now + retry_delay(message, retried, exc)) * 1000)
-        info["retried"] = retried + 1
+    info = facts.failed(
+        exc,
+        failure.traceback,
+        worker_id=worker_id,
+        started_at=failure.started_at,
+        failed_at=now,
+        retrying=retryable,
+    )
+    retry_at_ms = int((now + retry_delay(message, retried, exc)) * 1000) if retryable else 0
     target = TaskState.RETRY if retryable else TaskState.ARCHIVED
     moved = broker.fail(
         claimed.queue,

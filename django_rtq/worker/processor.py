@@ -747,6 +747,7 @@ class Processor:
             worker_id=self.worker_id,
             enqueued_at=job.message.enqueued_at,
             started_at=job.started_at,
+            deadline=job.message.deadline,
             info=job.claimed.info,
         )
 

@@ -24,6 +24,7 @@ from collections import defaultdict
 from typing import Any, Protocol
 
 from ..broker import Broker, manual
+from ..broker.attempt import error_path
 from ..broker.states import TaskState
 from ..broker.workflow import (
     activate,
@@ -174,9 +175,9 @@ def _activate(broker: Broker, cmd_id: str, command: dict[str, Any]) -> set[str]:
         except Exception as exc:  # a step that cannot run fails like a child that failed
             logger.warning(
                 "child %s.%s of workflow %r cannot run (%s: %s); it fails", parent.id, position, parent.id,
-                _class_path(exc), exc,
+                error_path(exc), exc,
             )  # fmt: skip
-            error = {"type": _class_path(exc), "message": str(exc), "traceback": ""}
+            error = {"type": error_path(exc), "message": str(exc), "traceback": ""}
             outcomes.append((position, False, dumps(error)))
             continue
         if planned.task is not None:
@@ -241,8 +242,3 @@ def _cancel(broker: Broker, command: dict[str, Any]) -> set[str]:
 
 
 _NOT_STARTED = (TaskState.PENDING, TaskState.SCHEDULED, TaskState.RETRY)
-
-
-def _class_path(exc: BaseException) -> str:
-    cls = type(exc)
-    return f"{cls.__module__}.{cls.__qualname__}"

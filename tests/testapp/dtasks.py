@@ -5,6 +5,9 @@ try:
 except ImportError:
     from django_tasks import task
 
+import time
+
+from django_rtq import NonRetryableError
 from tests.testapp.tasks import client, report, report_key, run_recorded
 
 
@@ -29,6 +32,23 @@ def fails_twice(name):
     if attempt <= 2:
         raise RuntimeError(f"attempt {attempt}")
     return attempt
+
+
+@task(max_retries=2)
+def refuses_a_retry(name):
+    """Fail for good, retries left or not."""
+    raise NonRetryableError(f"{name}: no use trying again")
+
+
+@task(max_retries=2)
+def waits_with_retries_left(name, seconds=20.0):
+    """Report that it started, then wait (in Python, so that a stop raised in it lands) until
+    `<name>:go` is pushed or `seconds` pass."""
+    report(name, "started")
+    until = time.time() + seconds
+    while time.time() < until and not client().lpop(report_key(f"{name}:go")):
+        time.sleep(0.01)
+    return "done"
 
 
 @task(takes_context=True, retention=60)

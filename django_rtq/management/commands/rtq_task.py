@@ -7,10 +7,10 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from django_rtq.broker.inspect import TaskInfo
 from django_rtq.broker.message import OPTION_FIELDS
 from django_rtq.management.base import STATE_TIME_KEYS, STATE_TIME_LABELS, OperationsCommand, task_as_dict
 from django_rtq.management.table import format_relative, format_time, render_fields
+from django_rtq.task_view import TaskView, live_view
 
 #: Message options and info entries holding epoch seconds, and those holding lengths of time.
 TIME_FIELDS = ("deadline", "enqueued_at", "process_at")
@@ -30,38 +30,40 @@ class Command(OperationsCommand):
         parser.add_argument("--queue", "-q", help="The task's queue (without it, every queue is searched).")
 
     def run(self, *, task_id: str, queue: str | None, **options: Any) -> None:
-        [task] = self.find_tasks([task_id], queue)
-        held_back = self.ops.held_reason(task)
+        [found] = self.find_tasks([task_id], queue)
+        task = live_view(found, self.ops.held_reason(found))
         if self.as_json:
-            self.write_json({**task_as_dict(task), "held_back": held_back})
+            self.write_json({**task_as_dict(task), "held_back": task.held_back})
             return
         label = self.style.SQL_FIELD
         self.stdout.write(self.heading(f"Task {task.id}"))
         self.write_lines(render_fields(self.summary(task), label_style=label))
-        if held_back:
-            self.stdout.write(held_back)
+        if task.held_back:
+            self.stdout.write(task.held_back)
         if task.message is not None:
             self.stdout.write("\n" + self.heading("Options"))
             self.write_lines(render_fields(self.options(task), label_style=label))
-        attempt_facts = [(key, value) for key, value in task.info.items() if key not in INFO_SHOWN_APART]
+        attempt_facts = [
+            (key, value) for key, value in task.attempt.as_dict().items() if key not in INFO_SHOWN_APART
+        ]
         if attempt_facts:
             self.stdout.write("\n" + self.heading("Attempts"))
             facts = [(key, fact_text(key, value)) for key, value in attempt_facts]
             self.write_lines(render_fields(facts, label_style=label))
-        errors = recorded_errors(task.info)
+        errors = task.attempt.error_records
         if errors:
             self.stdout.write("\n" + self.heading("Errors, oldest first"))
             for number, error in enumerate(errors):
                 if number:
                     self.stdout.write("")
                 self.write_lines(error_lines(error))
-        traceback = task.info.get("traceback")
+        traceback = task.traceback
         # The latest traceback normally ends `errors`: shown apart only when it does not (no `errors`).
         if traceback and traceback != (errors[-1].get("traceback") if errors else None):
             self.stdout.write("\n" + self.heading("Traceback"))
             self.write_lines(indented(traceback, "  "))
 
-    def summary(self, task: TaskInfo) -> list[tuple[str, object]]:
+    def summary(self, task: TaskView) -> list[tuple[str, object]]:
         message = task.message
         pairs: list[tuple[str, object]] = [("queue", task.queue), ("state", task.state)]
         if message is None:
@@ -78,16 +80,14 @@ class Command(OperationsCommand):
         if task.owner:
             pairs.append(("worker", task.owner))
         pairs.append(("retried", task.retried))
-        if task.last_error is not None:
-            error_type = task.info.get("error_type")
-            pairs.append(
-                ("last error", f"{error_type}: {task.last_error}" if error_type else task.last_error)
-            )
+        if task.error is not None:
+            error_type = task.error_type
+            pairs.append(("last error", f"{error_type}: {task.error}" if error_type else task.error))
         if task.result is not None:
             pairs.append(("result", json.dumps(task.result)))
         return pairs
 
-    def options(self, task: TaskInfo) -> list[tuple[str, object]]:
+    def options(self, task: TaskView) -> list[tuple[str, object]]:
         pairs: list[tuple[str, object]] = []
         for name in OPTION_FIELDS:
             value = getattr(task.message, name)
@@ -113,12 +113,6 @@ def fact_text(key: str, value: object) -> object:
     if isinstance(value, list | dict):
         return json.dumps(value, ensure_ascii=False)
     return value
-
-
-def recorded_errors(info: dict[str, Any]) -> list[dict[str, Any]]:
-    """The task's `errors`, one per failed attempt (the latest ones), leaving out any malformed."""
-    errors = info.get("errors")
-    return [error for error in errors if isinstance(error, dict)] if isinstance(errors, list) else []
 
 
 def error_lines(error: dict[str, Any]) -> list[str]:

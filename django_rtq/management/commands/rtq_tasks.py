@@ -7,11 +7,11 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from django_rtq.broker.inspect import TaskInfo
 from django_rtq.broker.states import TaskState
 from django_rtq.formats import plural
 from django_rtq.management.base import STATE_TIME_KEYS, STATE_TIME_LABELS, OperationsCommand, task_as_dict
 from django_rtq.management.table import format_relative, render_table, shorten
+from django_rtq.task_view import TaskView, live_view
 
 MAX_PAGE_SIZE = 1000
 
@@ -37,7 +37,10 @@ class Command(OperationsCommand):
         if not 1 <= page_size <= MAX_PAGE_SIZE:
             raise CommandError(f"--page-size must be between 1 and {MAX_PAGE_SIZE}.")
         total = self.ops.count(queue, task_state)
-        tasks = self.ops.list_tasks(queue, task_state, offset=(page - 1) * page_size, limit=page_size)
+        tasks = [
+            live_view(task)
+            for task in self.ops.list_tasks(queue, task_state, offset=(page - 1) * page_size, limit=page_size)
+        ]
         pages = math.ceil(total / page_size)
         if self.as_json:
             self.write_json(
@@ -60,7 +63,7 @@ class Command(OperationsCommand):
         self.stdout.write("")
         self.stdout.write(f"Page {page} of {pages} ({plural(total, f'{task_state} task')}).")
 
-    def table(self, state: TaskState, tasks: list[TaskInfo]) -> list[str]:
+    def table(self, state: TaskState, tasks: list[TaskView]) -> list[str]:
         headers = ["ID", "TASK", "STATE", "RETRIED", "LAST ERROR"]
         time_key = STATE_TIME_KEYS.get(state)
         if time_key:
@@ -72,10 +75,10 @@ class Command(OperationsCommand):
         for task in tasks:
             row: list[object] = [
                 task.id,
-                task.message.task if task.message else "(corrupt message)",
+                task.task or "(corrupt message)",
                 task.state,
                 task.retried,
-                shorten(task.last_error),
+                shorten(task.error),
             ]
             if time_key:
                 row.append(format_relative(task.score_at, now))
