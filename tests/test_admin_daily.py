@@ -19,21 +19,20 @@ from django_rtq.connection import get_broker
 from django_rtq.models import FinishedTask
 from django_rtq.operations import Operations
 from django_rtq.templatetags.rtq_admin import rtq_count, rtq_short, rtq_when
-from tests.conftest import wait_for
-from tests.test_admin import (
+from tests.support.admin_pages import (
     ACTION_URL,
     DASHBOARD,
     Q,
     confirm,
-    logged_in,
     messages_of,
     row_ids,
     task_url,
     tasks_url,
     text,
-    user_with,
 )
-from tests.test_broker import enqueue, ids_in, make_tasks
+from tests.support.factories import enqueue, make_tasks
+from tests.support.polling import wait_for
+from tests.support.reading import ids_in
 from tests.testapp import tasks as testapp_tasks
 
 pytestmark = pytest.mark.django_db
@@ -49,24 +48,6 @@ TRACEBACK = (
     "        raise SMTPError(code)\n"
     "SMTPError: 421"
 )
-
-
-@pytest.fixture
-def superuser_client(broker):
-    from django.contrib.auth.models import User
-
-    return logged_in(User.objects.create_superuser("admin", "admin@example.com", "pw"))
-
-
-@pytest.fixture
-def viewer_client(broker):
-    return logged_in(user_with("view_livetask", username="viewer"))
-
-
-@pytest.fixture
-def outsider_client(broker):
-    """Staff who may read history but not live tasks."""
-    return logged_in(user_with("view_finishedtask", username="outsider"))
 
 
 # Lists: page size, order, per-row actions, emptying a state
@@ -357,7 +338,7 @@ def test_nested_arguments_are_indented_json(broker, superuser_client):
 
 
 def test_a_workflow_shows_its_times_not_milliseconds(broker, superuser_client):
-    from tests.test_broker import make_workflows
+    from tests.support.factories import make_workflows
 
     [workflow_id] = make_workflows(broker, Q, 1)
     created_ms = int(time.time() * 1000) - 120_000

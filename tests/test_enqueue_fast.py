@@ -15,18 +15,8 @@ from django_rtq.broker import Broker, TaskMessage, TaskState, manual
 from django_rtq.broker.keys import ENQUEUE_KEYS
 from django_rtq.broker.scripts import LUA_DIR
 from django_rtq.exceptions import DuplicateTask, TaskIdConflict
-from tests.test_broker import (
-    BILLING,
-    EMAILS,
-    WORKER,
-    claim_ids,
-    column,
-    ids_in,
-    message,
-    next_message,
-    state_of,
-    subscribed,
-)
+from tests.support.factories import BILLING, EMAILS, WORKER, claim_ids, message
+from tests.support.reading import column, ids_in, next_message, state_of, subscribed
 
 
 def full_json(task: TaskMessage) -> str:

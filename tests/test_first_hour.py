@@ -28,12 +28,13 @@ from django_rtq.worker.component import Component
 from django_rtq.worker.healthchecker import Healthchecker
 from django_rtq.worker.outcome import Failure, settle_failure
 from django_rtq.worker.server import EXIT_REDIS_UNREACHABLE
-from tests.cluster import START_TIME, FakeClock
-from tests.conftest import wait_for
-from tests.servers import free_port
-from tests.test_broker import EMAILS, WORKER, claim, enqueue
-from tests.test_checks import RTQ_BACKEND, ids, messages
-from tests.test_commands import START, fields_of, run
+from tests.support.checks import RTQ_BACKEND, ids, messages
+from tests.support.clock import START_TIME
+from tests.support.commands import START, fields_of, run
+from tests.support.factories import EMAILS, WORKER, claim, enqueue
+from tests.support.polling import wait_for
+from tests.support.reading import pending_count
+from tests.support.servers import free_port
 from tests.testapp import dtasks
 from tests.testapp import tasks as testapp_tasks
 
@@ -164,12 +165,6 @@ ConnectionError: the SMTP server went away
 """
 
 
-@pytest.fixture
-def rtq(broker: Broker, clock: FakeClock) -> Broker:
-    broker.clock = clock
-    return broker
-
-
 def fail_attempt(broker: Broker, error: BaseException, traceback: str) -> TaskState | None:
     """Claim the task of EMAILS and settle its failure as a worker does."""
     [claimed] = claim(broker, EMAILS)
@@ -233,10 +228,6 @@ def test_attempt_facts_are_shown_as_text_not_reprs(key, value, text):
 
 
 # Arguments are bound at prepare(), in the caller
-
-
-def pending_count(broker: Broker, queue: str = "default") -> int:
-    return broker.client.zcard(broker.queue(queue).pending)
 
 
 @pytest.mark.parametrize(
