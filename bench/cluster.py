@@ -6,7 +6,7 @@ Run from the repository root:
         [--skip-shared] [--skip-standalone]
 
 It starts its own Redis Cluster of three masters (no replicas, no persistence) on free loopback
-ports, the way the test suite does (tests/cluster.py), picks three queues whose hash tags fall
+ports, the way the test suite does (tests/support/cluster.py), picks three queues whose hash tags fall
 on the three masters, and drains empty tasks with real worker processes (`python -m django
 rtq_worker --queues ... --concurrency N`, settings bench.cluster.settings: the ORM mirror off,
 nothing retained). It measures:
@@ -118,7 +118,7 @@ class Servers:
         return "redis+cluster://" + ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
 
     def stop(self) -> None:
-        from tests.servers import cleanup_dir
+        from tests.support.servers import cleanup_dir
 
         for server in [*self.nodes, self.standalone]:
             if server is not None:
@@ -129,7 +129,7 @@ class Servers:
 def start_servers(servers: Servers, *, standalone: bool) -> None:
     """Start the three masters and make them a cluster (and the standalone server if asked)."""
     from tests import cluster as test_cluster
-    from tests.servers import RedisProcess
+    from tests.support.servers import RedisProcess
 
     for _ in range(test_cluster.NODES):
         servers.nodes.append(test_cluster.cluster_node())

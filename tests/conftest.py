@@ -3,13 +3,8 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import time
 import uuid
-from collections.abc import Callable
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 import redis
@@ -17,9 +12,15 @@ import redis
 from django_rtq.broker import Broker
 from django_rtq.connection import reset_broker
 
-ROOT = Path(__file__).resolve().parent.parent
-
-pytest_plugins = ["tests.cluster", "django_rtq.testing.pytest_plugin"]
+pytest_plugins = [
+    "tests.support.clock",
+    "tests.support.cluster",
+    "tests.support.commands",
+    "tests.support.fixtures",
+    "tests.support.processes",
+    "tests.support.users",
+    "django_rtq.testing.pytest_plugin",
+]
 
 REDIS_URL = os.environ.get("RTQ_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -66,23 +67,6 @@ def broker(prefix: str, redis_url: str) -> Broker:
     return get_broker()
 
 
-def wait_for(
-    condition: Callable[[], object],
-    timeout: float = 10.0,
-    interval: float = 0.01,
-    message: str = "",
-):
-    """Poll `condition` until it returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {message or condition}")
-        time.sleep(interval)
-
-
 @pytest.fixture
 def inspector(broker):
     from django_rtq.broker.inspect import Inspector
@@ -114,35 +98,3 @@ def run_worker(broker):
     yield run
     for worker in started:
         worker.stop()
-
-
-@pytest.fixture
-def start_worker(broker, prefix):
-    """Start real `rtq_worker` processes on the test's key prefix: `start_worker(*args, lease=, **env)`."""
-    processes = []
-
-    def start(*args: str, lease: float = 30, **env: str) -> subprocess.Popen:
-        environment = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "tests.settings",
-            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-            "RTQ_TEST_PREFIX": prefix,
-            "RTQ_TEST_LEASE": str(lease),
-            **env,
-        }
-        process = subprocess.Popen(
-            [sys.executable, "-m", "django", "rtq_worker", "--loglevel", "WARNING", *args],
-            env=environment,
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        processes.append(process)
-        return process
-
-    yield start
-    for process in processes:
-        if process.poll() is None:
-            process.kill()
-            process.wait()

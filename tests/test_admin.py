@@ -10,7 +10,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -23,27 +23,28 @@ from django_rtq.broker.inspect import NAME_SEARCH_SCAN
 from django_rtq.broker.states import Action
 from django_rtq.models import FinishedTask
 from django_rtq.operations import Operations
-from tests.conftest import wait_for
-from tests.test_broker import enqueue, ids_in, make_tasks
+from tests.support.admin_pages import (
+    ACTION_URL,
+    DASHBOARD,
+    Q,
+    confirm,
+    messages_of,
+    row_ids,
+    task_url,
+    tasks_url,
+    text,
+)
+from tests.support.factories import enqueue, make_tasks
+from tests.support.polling import wait_for
+from tests.support.reading import ids_in
+from tests.support.users import logged_in, user_with
 from tests.testapp import tasks as testapp_tasks
 
 pytestmark = pytest.mark.django_db
 
 S = TaskState
-Q = "emails"  # a queue of the tests' own; settings.RTQ["QUEUES"] has default and low
-DASHBOARD = "/admin/django_rtq/livetask/"
 
 
-def tasks_url(state: str, **query: str) -> str:
-    url = reverse("admin:django_rtq_tasks", args=[state])
-    return url + ("?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else "")
-
-
-def task_url(task_id: str, queue: str = Q) -> str:
-    return reverse("admin:django_rtq_task", args=[task_id]) + f"?queue={queue}"
-
-
-ACTION_URL = "/admin/django_rtq/livetask/actions/tasks/"
 QUEUE_ACTION_URL = "/admin/django_rtq/livetask/actions/queue/"
 
 
@@ -55,52 +56,9 @@ def carry_on_url(queue: str, job_id: str) -> str:
     return reverse("admin:django_rtq_bulk_carry_on", args=[queue, job_id])
 
 
-def user_with(*codenames: str, username: str = "staff") -> User:
-    user = User.objects.create_user(username, password="pw", is_staff=True)
-    user.user_permissions.add(
-        *Permission.objects.filter(content_type__app_label="django_rtq", codename__in=codenames)
-    )
-    return user
-
-
-def logged_in(user: User, **options) -> Client:
-    client = Client(**options)
-    client.force_login(user)
-    return client
-
-
-@pytest.fixture
-def superuser_client(broker) -> Client:
-    return logged_in(User.objects.create_superuser("admin", "admin@example.com", "pw"))
-
-
-@pytest.fixture
-def viewer_client(broker) -> Client:
-    return logged_in(user_with("view_livetask", username="viewer"))
-
-
 @pytest.fixture
 def operator_client(broker) -> Client:
     return logged_in(user_with("view_livetask", "change_livetask", username="operator"))
-
-
-def messages_of(response) -> list[str]:
-    """The messages shown after a response: on the page it redirects to, or on itself."""
-    page = response.client.get(response["Location"]) if response.status_code == 302 else response
-    return [str(message) for message in page.context["messages"]]
-
-
-def text(response) -> str:
-    """The page's text with HTML entities decoded (quotes, ampersands)."""
-    return html.unescape(response.content.decode())
-
-
-def confirm(client: Client, url: str, data: dict, **options):
-    """Post an action, check that it asks first (and does nothing yet), then confirm it."""
-    asked = client.post(url, data)
-    assert asked.status_code == 200
-    assert "Are you sure?" in text(asked)
-    return client.post(url, {**data, "confirm": "yes"}, **options)
 
 
 def enqueue_named(broker, name: str, count: int) -> list[str]:
@@ -109,10 +67,6 @@ def enqueue_named(broker, name: str, count: int) -> list[str]:
     ]
     broker.enqueue(messages)
     return [message.id for message in messages]
-
-
-def row_ids(response) -> list[str]:
-    return re.findall(r'<tr data-task-id="([^"]+)"', response.text)
 
 
 # Permissions

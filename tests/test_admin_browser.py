@@ -26,9 +26,9 @@ from django_rtq.broker import TaskMessage, TaskState
 from django_rtq.broker.states import Action
 from django_rtq.models import FinishedTask, OutboxTask
 from django_rtq.operations import Operations
-from tests.conftest import wait_for
-from tests.test_broker import ids_in
-from tests.test_flow_control_settings import forget
+from tests.support.factories import forget
+from tests.support.polling import wait_for
+from tests.support.reading import ids_in
 from tests.testapp import tasks as testapp_tasks
 
 # Playwright's sync API runs an event loop in this thread; Django refuses database access from a
@@ -241,7 +241,7 @@ WIDE = "reports"
 
 def long_values(broker) -> dict[str, str]:
     """Tasks with long ids, arguments and errors in every state of queue `WIDE`; return an id of each."""
-    from tests.test_broker import make_tasks
+    from tests.support.factories import make_tasks
 
     ids = {}
     for state in sorted(S, key=lambda state: state == S.PENDING):  # pending last: the others claim

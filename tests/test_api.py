@@ -16,8 +16,8 @@ from django_rtq.broker.bulk import PURGE_STATES
 from django_rtq.broker.states import TaskState
 from django_rtq.models import FinishedTask
 from django_rtq.operations import Operations
-from tests.conftest import wait_for
-from tests.test_broker import make_tasks
+from tests.support.factories import make_tasks
+from tests.support.polling import wait_for
 from tests.testapp import api_tasks, tasks
 from tests.testapp.tasks import report_key
 

@@ -11,8 +11,8 @@ from rest_framework.test import APIClient
 from django_rtq.api.parsers import MAX_JSON_DEPTH
 from django_rtq.broker import TaskState
 from django_rtq.task_options import TASK_ID_RULE
-from tests.test_broker import enqueue as broker_enqueue
-from tests.test_broker import make_tasks
+from tests.support.factories import enqueue as broker_enqueue
+from tests.support.factories import make_tasks
 from tests.testapp import api_tasks  # noqa: F401 -- registers the exposed task types
 
 pytestmark = pytest.mark.django_db

@@ -26,17 +26,12 @@ from django_rtq.backends import (
 from django_rtq.broker import TaskState, manual
 from django_rtq.exceptions import DeadlineExceeded, NonRetryableError, TaskCancelled
 from django_rtq.models import FinishedTask
-from tests.conftest import wait_for
-from tests.test_broker import WORKER, claim_ids, done
+from tests.support.factories import WORKER, claim_ids, done
+from tests.support.polling import wait_for
 from tests.testapp import dtasks
 from tests.testapp.tasks import client, report_key
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def mirroring(settings, prefix):
-    settings.RTQ = {**settings.RTQ, "MIRROR": True}
 
 
 def wait_status(result, status, timeout=10.0):

@@ -7,165 +7,43 @@ lock's TTL, which Redis itself expires, is waited for.
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 
-from django_rtq.broker import Broker, ClaimedTask, TaskMessage, TaskState, manual, workflow
+from django_rtq.broker import Broker, ClaimedTask, TaskMessage, TaskState, manual
 from django_rtq.broker import broker as broker_module
-from django_rtq.broker.broker import Completion, utc_day
 from django_rtq.exceptions import DuplicateTask, TaskIdConflict
-from tests.cluster import START_TIME, FakeClock
-from tests.conftest import wait_for
-
-#: Three queues whose keys land on the three different nodes of the test cluster.
-QUEUES = EMAILS, SEARCH, BILLING = ("emails", "search", "billing")
-WORKER = "worker-1"
-OTHER_WORKER = "worker-2"
-LEASE_SECONDS = 30.0
-
-
-# Helpers shared with the inspector and script tests
-
-
-def message(queue: str = EMAILS, **fields) -> TaskMessage:
-    fields.setdefault("id", uuid.uuid4().hex)
-    fields.setdefault("enqueued_at", START_TIME)
-    return TaskMessage(task="tests.noop", queue=queue, **fields)
-
-
-def enqueue(broker: Broker, queue: str = EMAILS, count: int = 1, **fields) -> list[str]:
-    messages = [message(queue, **fields) for _ in range(count)]
-    broker.enqueue(messages)
-    return [m.id for m in messages]
-
-
-def claim(
-    broker: Broker,
-    queue: str = EMAILS,
-    *,
-    worker: str = WORKER,
-    limit: int = 100,
-    lease: float = LEASE_SECONDS,
-) -> list[ClaimedTask]:
-    broker.lease_ms = int(lease * 1000)
-    return broker.claim(queue, worker_id=worker, limit=limit)
-
-
-def claim_ids(broker: Broker, queue: str = EMAILS, **options) -> list[str]:
-    return [task.id for task in claim(broker, queue, **options)]
-
-
-def done(
-    task_id: str, *, retention: float = 0, result=None, unique_key: str | None = None, run: str = "1"
-) -> Completion:
-    """The success of a task's run (the first claim of a task is run 1)."""
-    return Completion(
-        id=task_id,
-        run=run,
-        info={"done": True},
-        result_json=json.dumps(result),
-        retention_ms=int(retention * 1000),
-        unique_key=unique_key,
-    )
-
-
-def fail(broker: Broker, queue: str, task_id: str, to: TaskState, **options) -> bool:
-    options.setdefault("worker_id", WORKER)
-    options.setdefault("run", "1")
-    options.setdefault("info", {"error": "boom"})
-    return broker.fail(queue, task_id, to=to, **options)
-
-
-def make_tasks(broker: Broker, state: TaskState, queue: str = EMAILS, count: int = 1, **fields) -> list[str]:
-    """Put `count` new tasks in `state` (retry and scheduled ones fall due in 60 s)."""
-    if state == TaskState.SCHEDULED:
-        return enqueue(broker, queue, count, process_at=broker.clock() + 60, **fields)
-    if state == TaskState.WAITING:
-        return make_workflows(broker, queue, count)
-    ids = enqueue(broker, queue, count, **fields)
-    if state == TaskState.PENDING:
-        return ids
-    assert claim_ids(broker, queue, limit=count) == ids
-    if state == TaskState.COMPLETED:
-        broker.complete(queue, [done(i, retention=60) for i in ids], worker_id=WORKER)
-    elif state in (TaskState.RETRY, TaskState.ARCHIVED):
-        unique_key = fields.get("unique_key")
-        retry_at_ms = broker.now_ms() + 60_000
-        for task_id in ids:
-            fail(broker, queue, task_id, state, retry_at_ms=retry_at_ms, unique_key=unique_key)
-    return ids
-
-
-def make_workflows(broker: Broker, queue: str, count: int) -> list[str]:
-    """Create `count` groups waiting for one child each (not enqueued)."""
-    ids = [uuid.uuid4().hex for _ in range(count)]
-    fields = {"kind": "group", "n": 1, "done": 0, "queue": queue, "on_error": "fail", "retention": 0}
-    workflow.activate(
-        broker,
-        queue,
-        cmd_id="",
-        workflows=[
-            {
-                "id": i,
-                "msg": TaskMessage(id=i, task="django_rtq.group", queue=queue).to_json(),
-                "fields": fields,
-                "commands": [],
-            }
-            for i in ids
-        ],
-    )
-    return ids
-
-
-def ids_in(broker: Broker, queue: str, state: TaskState) -> list[str]:
-    return broker.client.zrange(broker.queue(queue).state_set(state), 0, -1)
-
-
-def scores_in(broker: Broker, queue: str, state: TaskState) -> dict[str, float]:
-    return dict(broker.client.zrange(broker.queue(queue).state_set(state), 0, -1, withscores=True))
-
-
-def column(broker: Broker, queue: str, name: str, task_id: str) -> str | None:
-    return broker.client.hget(getattr(broker.queue(queue), name), task_id)
-
-
-def state_of(broker: Broker, queue: str, task_id: str) -> str | None:
-    return column(broker, queue, "state", task_id)
-
-
-def counter(broker: Broker, queue: str, kind: str) -> int:
-    key = getattr(broker.queue(queue), kind)(utc_day(broker.clock()))
-    return int(broker.client.get(key) or 0)
-
-
-def holds_columns(broker: Broker, queue: str, task_id: str) -> list[str]:
-    """Return the columns (hashes) in which the task still has a field."""
-    return [key for key in broker.queue(queue).columns if broker.client.hexists(key, task_id)]
-
-
-def lock_holder(broker: Broker, queue: str, unique_key: str) -> str | None:
-    return broker.client.get(broker.queue(queue).unique(unique_key))
-
-
-@contextmanager
-def subscribed(broker: Broker, channel: str) -> Iterator[Any]:
-    """Subscribe to a channel; yield the pub/sub once the subscription is confirmed."""
-    pubsub = broker.client.pubsub()
-    try:
-        pubsub.subscribe(channel)
-        assert next_message(pubsub)["type"] == "subscribe"
-        yield pubsub
-    finally:
-        pubsub.close()
-
-
-def next_message(pubsub: Any) -> dict:
-    return wait_for(lambda: pubsub.get_message(timeout=0.1), timeout=5, message="a pub/sub message")
-
+from tests.support.clock import FakeClock
+from tests.support.factories import (
+    BILLING,
+    EMAILS,
+    LEASE_SECONDS,
+    OTHER_WORKER,
+    QUEUES,
+    SEARCH,
+    WORKER,
+    archive_at,
+    claim,
+    claim_ids,
+    done,
+    enqueue,
+    fail,
+    make_tasks,
+    message,
+)
+from tests.support.polling import wait_for
+from tests.support.reading import (
+    column,
+    counter,
+    holds_columns,
+    ids_in,
+    lock_holder,
+    next_message,
+    scores_in,
+    state_of,
+    subscribed,
+)
 
 # The setup
 
@@ -633,15 +511,6 @@ def test_forward_keeps_going_past_one_batch(any_broker: Broker, clock: FakeClock
 
 
 # Trimming
-
-
-def archive_at(broker: Broker, clock: FakeClock, count: int) -> list[str]:
-    """Archive `count` pending tasks of EMAILS one second apart, oldest first."""
-    ids = enqueue(broker, EMAILS, count)
-    for task_id in ids:
-        manual.archive(broker, EMAILS, [task_id])
-        clock.advance(1)
-    return ids
 
 
 def test_trim_deletes_completed_tasks_past_their_retention(any_broker: Broker, clock: FakeClock):

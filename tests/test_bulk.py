@@ -14,20 +14,19 @@ from django_rtq.broker.states import ACTION_STATES, BULK_ACTIONS, Action
 from django_rtq.exceptions import InvalidStateTransition
 from django_rtq.operations import Operations
 from django_rtq.worker.bulk_runner import BulkRunner
-from tests.cluster import FakeClock
-from tests.conftest import wait_for
-from tests.test_broker import (
+from tests.support.clock import FakeClock
+from tests.support.factories import (
     BILLING,
     EMAILS,
     SEARCH,
     claim_ids,
     enqueue,
-    holds_columns,
-    ids_in,
-    lock_holder,
+    finished_workflows,
+    make_each,
     make_tasks,
 )
-from tests.test_inspect import finished_workflows, make_each
+from tests.support.polling import wait_for
+from tests.support.reading import holds_columns, ids_in, lock_holder
 
 S = TaskState
 #: Where each action sends the tasks it moves (None: gone).

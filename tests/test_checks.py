@@ -3,25 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from django.conf import settings
 from django.core.checks import run_checks
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
 from django_rtq.checks import REDIS_TAG, TAG
-from tests.servers import free_port
-
-RTQ_BACKEND = "django_rtq.backends.RTQBackend"
-
-
-def ids(**kwargs) -> list[str]:
-    """The ids of the checks that speak, less those the settings silence (as `manage.py check`)."""
-    silenced = set(settings.SILENCED_SYSTEM_CHECKS)
-    return sorted(message.id for message in run_checks(tags=[TAG], **kwargs) if message.id not in silenced)
-
-
-def messages(check_id: str, **kwargs) -> list[str]:
-    return [m.msg for m in run_checks(tags=[TAG], **kwargs) if m.id == check_id]
+from tests.support.checks import RTQ_BACKEND, ids, messages
+from tests.support.servers import free_port
 
 
 def deploy_ids() -> list[str]:

@@ -17,8 +17,9 @@ from django_rtq.formats import format_duration
 from django_rtq.management.base import OperationsCommand
 from django_rtq.management.table import format_relative, format_time, render_fields, render_table, shorten
 from django_rtq.operations import Operations
-from tests.cluster import START_TIME, FakeClock
-from tests.test_broker import (
+from tests.support.clock import START_TIME, FakeClock
+from tests.support.commands import START, fields_of, run, table, worker_info
+from tests.support.factories import (
     BILLING,
     EMAILS,
     SEARCH,
@@ -27,53 +28,16 @@ from tests.test_broker import (
     done,
     enqueue,
     fail,
-    holds_columns,
-    ids_in,
     make_tasks,
     message,
-    next_message,
-    state_of,
-    subscribed,
 )
+from tests.support.reading import holds_columns, ids_in, next_message, state_of, subscribed
 
 S = TaskState
-#: START_TIME as the tables show it.
-START = "2023-11-14 22:13:20 UTC"
-
-
-@pytest.fixture
-def rtq(broker: Broker, clock: FakeClock) -> Broker:
-    """The broker the commands use (the process's own), on this test's prefix and a fake clock."""
-    broker.clock = clock
-    return broker
-
-
-def run(name: str, *args: str, **options: Any) -> str:
-    """Run a command; return what it wrote to stdout."""
-    out = io.StringIO()
-    call_command(name, *args, stdout=out, stderr=io.StringIO(), **options)
-    return out.getvalue()
 
 
 def run_json(name: str, *args: str) -> Any:
     return json.loads(run(name, *args, "--json"))
-
-
-def table(output: str) -> list[dict[str, str]]:
-    """Parse the first table of an output: one dict per row, by column header."""
-    lines = output.splitlines()
-    headers = re.split(r"\s{2,}", lines[0].strip())
-    rows = []
-    for line in lines[1:]:
-        if not line.strip():
-            break
-        rows.append(dict(zip(headers, re.split(r"\s{2,}", line.strip()), strict=True)))
-    return rows
-
-
-def fields_of(output: str) -> dict[str, str]:
-    """Parse the `label:  value` lines of an output."""
-    return dict(re.findall(r"^(\w[\w ]*):\s+(.*)$", output, re.MULTILINE))
 
 
 def command_error(name: str, *args: str) -> str:
@@ -814,19 +778,6 @@ def test_pause_refuses_an_unknown_queue_and_pauses_none(rtq: Broker):
 
 
 # rtq_workers
-
-
-def worker_info(broker: Broker, worker_id: str, host: str, running: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "id": worker_id,
-        "host": host,
-        "pid": 4242,
-        "queues": {EMAILS: 3, SEARCH: 1},
-        "strict": False,
-        "concurrency": 10,
-        "started_at": broker.clock() - 3600,
-        "active": running,
-    }
 
 
 def test_workers_lists_live_workers_and_their_tasks(rtq: Broker):

@@ -19,9 +19,9 @@ from django_rtq.connection import get_broker, redis_client, redis_target, reset_
 from django_rtq.exceptions import BrokerUnavailable
 from django_rtq.redis_url import close_client, parse_url, redact
 from django_rtq.worker.server import Worker
-from tests.cluster import Cluster
-from tests.conftest import wait_for
-from tests.servers import RedisProcess, SentinelProcess, cleanup_dir, free_port
+from tests.support.cluster import Cluster
+from tests.support.polling import wait_for
+from tests.support.servers import RedisProcess, SentinelProcess, cleanup_dir, free_port
 from tests.testapp import tasks
 
 SERVICE = "rtqmaster"

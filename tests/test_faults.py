@@ -11,8 +11,8 @@ from django_rtq.connection import redis_client
 from django_rtq.exceptions import BrokerUnavailable
 from django_rtq.worker.healthchecker import Healthchecker
 from django_rtq.worker.server import Worker
-from tests.conftest import wait_for
-from tests.servers import RedisProcess, cleanup_dir, free_port
+from tests.support.polling import wait_for
+from tests.support.servers import RedisProcess, cleanup_dir, free_port
 from tests.testapp import tasks
 
 

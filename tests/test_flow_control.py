@@ -12,9 +12,9 @@ import redis
 
 from django_rtq.broker import Broker, TaskMessage, TaskState, manual
 from django_rtq.broker.limits import HELD_BASE, QUEUE_SCOPE, FlowLimits, Limit, make_limit
-from tests.cluster import START_TIME
-from tests.conftest import wait_for
-from tests.test_broker import EMAILS, WORKER, done
+from tests.support.clock import START_TIME
+from tests.support.factories import EMAILS, WORKER, done
+from tests.support.polling import wait_for
 
 PAY, MAIL = "shop.tasks.pay", "shop.tasks.mail"
 

@@ -21,13 +21,14 @@ from django_rtq.connection import get_broker
 from django_rtq.exceptions import InvalidTask
 from django_rtq.flow_control import project_limits
 from django_rtq.worker.processor import Processor
-from tests.conftest import wait_for
+from tests.support.polling import wait_for
 from tests.testapp import tasks
 
 try:
     from django.tasks import task as django_task
 except ImportError:
     from django_tasks import task as django_task
+from tests.support.factories import forget
 
 
 @pytest.fixture
@@ -43,12 +44,6 @@ def registered():
     yield add
     for name in names:
         forget(name)
-
-
-def forget(name: str) -> None:
-    """Take a task type out of the registry, as if never registered (for what it derives too)."""
-    registry._registry.pop(name, None)
-    registry._generation += 1
 
 
 def test_a_task_types_limits_apply_in_every_queue_and_follow_new_registrations(registered):

@@ -25,10 +25,9 @@ from django_rtq.broker.inspect import Inspector, LimitUse
 from django_rtq.broker.limits import QUEUE_SCOPE, FlowLimits, Limit
 from django_rtq.connection import get_broker
 from django_rtq.operations import Operations
-from tests.cluster import START_TIME, FakeClock
-from tests.test_admin import logged_in, user_with
-from tests.test_broker import WORKER, done
-from tests.test_flow_control_settings import forget
+from tests.support.clock import START_TIME, FakeClock
+from tests.support.factories import WORKER, done, forget
+from tests.support.users import logged_in, user_with
 
 pytestmark = pytest.mark.django_db
 
@@ -252,11 +251,6 @@ def test_reading_flow_control_needs_the_view_permission(limited: Broker, held):
 DASHBOARD = "/admin/django_rtq/livetask/"
 
 
-@pytest.fixture
-def viewer() -> Client:
-    return logged_in(user_with("view_livetask", username="viewer"))
-
-
 def text(response) -> str:
     return html.unescape(re.sub(r"<[^>]+>", " ", response.content.decode()))
 
@@ -275,8 +269,10 @@ def flow_rows(response, queue: str) -> list[list[str]]:
     ]
 
 
-def test_the_dashboard_shows_each_queues_limits_held_tasks_and_use(limited: Broker, held, viewer: Client):
-    response = viewer.get(DASHBOARD)
+def test_the_dashboard_shows_each_queues_limits_held_tasks_and_use(
+    limited: Broker, held, viewer_client: Client
+):
+    response = viewer_client.get(DASHBOARD)
     assert response.status_code == 200
     assert flow_rows(response, Q) == [
         ["whole queue", "100/m (burst 10), at most 5 running", "2 of 5", "—", "8.0 of 10"],
@@ -288,18 +284,20 @@ def test_the_dashboard_shows_each_queues_limits_held_tasks_and_use(limited: Brok
     assert f'<a href="{held_link}">1</a>' in response.content.decode()
 
 
-def test_the_dashboard_has_no_flow_control_table_for_a_queue_without_limits(broker: Broker, viewer: Client):
+def test_the_dashboard_has_no_flow_control_table_for_a_queue_without_limits(
+    broker: Broker, viewer_client: Client
+):
     add(broker, "a.pay", 2)
     claim(broker)
-    response = viewer.get(DASHBOARD)
+    response = viewer_client.get(DASHBOARD)
     assert f'<tr data-queue="{Q}">' in response.content.decode()
     assert 'id="rtq-flow-control"' in response.content.decode()  # the auto-refresh's place
     assert f'data-flow-queue="{Q}"' not in response.content.decode()
 
 
-def test_the_page_of_a_held_task_says_why_and_the_list_marks_it(limited: Broker, held, viewer: Client):
+def test_the_page_of_a_held_task_says_why_and_the_list_marks_it(limited: Broker, held, viewer_client: Client):
     url = reverse("admin:django_rtq_task", args=[held[PAY][1]]) + f"?queue={Q}"
-    page = viewer.get(url)
+    page = viewer_client.get(url)
     assert page.status_code == 200
     reason = re.search(
         r'<p class="rtq-held" id="rtq-held-reason"[^>]*>(.*?)</p>', page.content.decode(), re.S
@@ -308,10 +306,12 @@ def test_the_page_of_a_held_task_says_why_and_the_list_marks_it(limited: Broker,
         Operations().live_task(held[PAY][1])
     )
 
-    running = viewer.get(reverse("admin:django_rtq_task", args=[held[PAY][0]]) + f"?queue={Q}")
+    running = viewer_client.get(reverse("admin:django_rtq_task", args=[held[PAY][0]]) + f"?queue={Q}")
     assert running.status_code == 200 and "rtq-held-reason" not in running.content.decode()
 
-    listed = viewer.get(reverse("admin:django_rtq_tasks", args=["pending"]) + f"?queue={Q}").content.decode()
+    listed = viewer_client.get(
+        reverse("admin:django_rtq_tasks", args=["pending"]) + f"?queue={Q}"
+    ).content.decode()
     marked = re.findall(r'<tr data-task-id="([^"]+)">(?:(?!</tr>).)*?class="rtq-held-mark"', listed, re.S)
     assert sorted(marked) == sorted([held[PAY][1], held[SEND][1]])
 
@@ -327,14 +327,7 @@ def test_staff_without_the_view_permission_see_no_flow_control(limited: Broker, 
 API = "/rtq/api/"
 
 
-@pytest.fixture
-def api() -> APIClient:
-    client = APIClient()
-    client.force_authenticate(user_with("view_livetask", username="reader"))
-    return client
-
-
-def test_queues_in_the_api_have_their_limits_and_use(limited: Broker, held, api: APIClient):
+def test_queues_in_the_api_have_their_limits_and_use(limited: Broker, held, reader_api: APIClient):
     expected = [
         {
             "scope": QUEUE_SCOPE,
@@ -368,22 +361,22 @@ def test_queues_in_the_api_have_their_limits_and_use(limited: Broker, held, api:
             "tokens": 0.0,
         },
     ]
-    detail = api.get(f"{API}queues/{Q}/")
+    detail = reader_api.get(f"{API}queues/{Q}/")
     assert detail.status_code == 200
     assert detail.json()["limits"] == expected
-    listed = {queue["queue"]: queue for queue in api.get(f"{API}queues/").json()}
+    listed = {queue["queue"]: queue for queue in reader_api.get(f"{API}queues/").json()}
     assert listed[Q]["limits"] == expected
     assert [record["scope"] for record in listed[OTHER_Q]["limits"]] == [REPORT]
     add(limited, "a.free", queue="quiet")
-    assert api.get(f"{API}queues/quiet/").json()["limits"] == []
+    assert reader_api.get(f"{API}queues/quiet/").json()["limits"] == []
 
 
-def test_a_task_in_the_api_says_why_it_is_held_back(limited: Broker, held, api: APIClient):
+def test_a_task_in_the_api_says_why_it_is_held_back(limited: Broker, held, reader_api: APIClient):
     reason = Operations().held_reason(Operations().live_task(held[PAY][1]))
-    assert api.get(f"{API}tasks/{held[PAY][1]}/").json()["held_back"] == reason
-    assert api.get(f"{API}tasks/{held[PAY][0]}/").json()["held_back"] is None
+    assert reader_api.get(f"{API}tasks/{held[PAY][1]}/").json()["held_back"] == reason
+    assert reader_api.get(f"{API}tasks/{held[PAY][0]}/").json()["held_back"] is None
 
-    page = api.get(f"{API}queues/{Q}/tasks/", {"state": "pending"}).json()
+    page = reader_api.get(f"{API}queues/{Q}/tasks/", {"state": "pending"}).json()
     assert {task["id"]: task["held_back"] is not None for task in page["results"]} == {
         held[PAY][1]: True,
         held[SEND][1]: True,
@@ -450,8 +443,8 @@ def test_rtq_task_says_why_a_task_waits(limited: Broker, held):
 # Metrics
 
 
-def test_the_metrics_have_each_scopes_running_and_held_tasks(limited: Broker, held, api: APIClient):
-    response = api.get("/rtq/metrics/")
+def test_the_metrics_have_each_scopes_running_and_held_tasks(limited: Broker, held, reader_api: APIClient):
+    response = reader_api.get("/rtq/metrics/")
     assert response.status_code == 200
     samples = {
         family.name: {(s.labels["queue"], s.labels["scope"]): s.value for s in family.samples}

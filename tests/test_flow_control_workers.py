@@ -20,7 +20,7 @@ from django_rtq.broker import Broker
 from django_rtq.broker.inspect import Inspector
 from django_rtq.broker.limits import HELD_BASE
 from django_rtq.flow_control import project_limits
-from tests.conftest import wait_for
+from tests.support.polling import wait_for
 from tests.testapp import dtasks, tasks
 
 #: The tests' queues: each test has a key prefix of its own, so no other test's tasks are in them.

@@ -6,7 +6,7 @@ import pytest
 
 from django_rtq.broker import TaskMessage, TaskState
 from django_rtq.worker.server import Worker
-from tests.conftest import wait_for
+from tests.support.polling import wait_for
 from tests.testapp import tasks
 
 

@@ -15,8 +15,8 @@ from django_rtq.broker.inspect import Inspector, QueueStats
 from django_rtq.broker.manual import CANCELLED
 from django_rtq.broker.states import ACTION_STATES, Action
 from django_rtq.exceptions import TaskNotFound
-from tests.cluster import FakeClock
-from tests.test_broker import (
+from tests.support.clock import FakeClock
+from tests.support.factories import (
     BILLING,
     EMAILS,
     QUEUES,
@@ -25,14 +25,10 @@ from tests.test_broker import (
     archive_at,
     done,
     enqueue,
-    holds_columns,
-    ids_in,
-    lock_holder,
     make_tasks,
     message,
-    next_message,
-    subscribed,
 )
+from tests.support.reading import holds_columns, ids_in, lock_holder, next_message, subscribed
 
 S = TaskState
 

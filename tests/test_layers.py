@@ -7,7 +7,7 @@ import subprocess
 import sys
 import textwrap
 
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 WITHOUT_DJANGO = textwrap.dedent(
     """

@@ -11,8 +11,8 @@ from django_rtq.broker import Broker, TaskMessage, TaskState, manual
 from django_rtq.mirror import mirror_batch
 from django_rtq.models import FinishedTask
 from django_rtq.task_options import TASK_ID_PATTERN
-from tests.conftest import wait_for
-from tests.test_broker import WORKER
+from tests.support.factories import WORKER
+from tests.support.polling import wait_for
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -21,11 +21,6 @@ QUEUE = "low"
 #: How a task's message is stored: as this version writes it; in full with its own id and queue,
 #: as earlier versions did; in full with another id and queue, which its readers must not take.
 FORMS = ["compact", "full", "full, another id and queue"]
-
-
-@pytest.fixture
-def mirroring(settings, prefix):
-    settings.RTQ = {**settings.RTQ, "MIRROR": True}
 
 
 def store_as(broker: Broker, task_id: str, form: str, queue: str = QUEUE) -> None:

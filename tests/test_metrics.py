@@ -15,9 +15,9 @@ from prometheus_client.samples import Sample
 from django_rtq.broker import Broker, TaskState
 from django_rtq.connection import reset_broker
 from django_rtq.metrics.collector import STATES
-from tests.cluster import START_TIME, FakeClock
-from tests.conftest import wait_for
-from tests.test_broker import BILLING, EMAILS, make_tasks
+from tests.support.clock import START_TIME, FakeClock
+from tests.support.factories import BILLING, EMAILS, make_tasks
+from tests.support.polling import wait_for
 from tests.testapp import tasks
 from tests.testapp.tasks import report_key
 

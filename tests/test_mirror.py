@@ -16,17 +16,18 @@ from django_rtq.broker import TaskMessage, TaskState, manual
 from django_rtq.mirror import mirror_batch
 from django_rtq.models import FinishedTask
 from django_rtq.worker.mirrorer import BACKLOG_STEP, BUSY_SHARE, MAX_BUSY_SHARE, Mirrorer, busy_share
-from tests.conftest import wait_for
-from tests.proxy import TCPProxy
-from tests.test_broker import WORKER, claim_ids, done, fail, message
+from tests.support.factories import WORKER, claim_ids, done, fail, message
+from tests.support.polling import wait_for
+from tests.support.proxy import TCPProxy
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def mirroring(settings, prefix):
-    settings.RTQ = {**settings.RTQ, "MIRROR": True, "MIRROR_BATCH_SIZE": 20}
+@pytest.fixture(autouse=True)
+def small_mirror_batches(settings):
+    """Mirror in batches of 20, so that a few dozen tasks take several."""
+    settings.RTQ = {**settings.RTQ, "MIRROR_BATCH_SIZE": 20}
 
 
 def buffered(broker, queue="default") -> int:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import AnonymousUser, Permission, User
+from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import PermissionDenied
 from django.utils import timezone
 
@@ -14,26 +14,17 @@ from django_rtq import permissions as perms
 from django_rtq.broker import TaskState
 from django_rtq.broker.inspect import TaskInfo
 from django_rtq.broker.states import ACTION_STATES, Action
-from django_rtq.connection import reset_broker
 from django_rtq.exceptions import BulkJobNotFound, InvalidStateTransition, QueueNotFound, TaskNotFound
 from django_rtq.models import FinishedTask
 from django_rtq.operations import WORKFLOW_RUN_REASON, Operations, skip_reason
-from tests.test_broker import BILLING, EMAILS, WORKER, claim_ids, done, enqueue, make_tasks
+from tests.support.factories import BILLING, EMAILS, WORKER, claim_ids, done, enqueue, make_tasks
+from tests.support.users import user_with
 from tests.testapp import api_tasks
 
 pytestmark = pytest.mark.django_db
 
 S = TaskState
 VIEW, CHANGE, ENQUEUE, HISTORY = perms.VIEW_LIVE, perms.CHANGE_LIVE, perms.ENQUEUE, perms.VIEW_HISTORY
-
-
-def user_with(*names: str, **fields: Any) -> User:
-    user = User.objects.create_user(f"user-{len(names)}-{'-'.join(n.split('.')[1] for n in names)}", **fields)
-    codenames = [name.split(".", 1)[1] for name in names]
-    user.user_permissions.add(
-        *Permission.objects.filter(content_type__app_label="django_rtq", codename__in=codenames)
-    )
-    return User.objects.get(pk=user.pk)  # no cached permissions
 
 
 # Permissions: each operation needs one permission (or one of several), and nothing else opens it.
@@ -167,12 +158,6 @@ def test_cancelling_a_waiting_workflow_archives_it_at_once(broker):
 
 
 # Finding a task: live, then the mirror's buffer, then the ORM
-
-
-@pytest.fixture
-def mirroring(settings, prefix):
-    settings.RTQ = {**settings.RTQ, "MIRROR": True}
-    reset_broker()
 
 
 def finish(broker, queue: str = EMAILS) -> str:

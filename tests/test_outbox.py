@@ -28,34 +28,12 @@ from django_rtq.models import OutboxTask
 from django_rtq.outbox import OutboxStats, forget_sent, outbox_stats, relay
 from django_rtq.registry import announce_enqueued
 from django_rtq.testing import capture_tasks
-from tests.conftest import wait_for
-from tests.servers import free_port
-from tests.test_broker import WORKER, claim_ids, done
+from tests.support.factories import WORKER, claim_ids, done
+from tests.support.polling import wait_for
 from tests.testapp import dtasks, tasks
 from tests.testapp.tasks import report_key
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def redis_away(settings, prefix):
-    """Point the process at a port where no Redis listens (retrying nothing); call the fixture's
-    value to bring Redis back: it returns the broker."""
-    real = settings.RTQ
-    settings.RTQ = {
-        **real,
-        "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
-        "REDIS_OPTIONS": {"retry": None, "socket_connect_timeout": 0.5},
-    }
-    reset_broker()
-
-    def back():
-        settings.RTQ = real
-        reset_broker()
-        return get_broker()
-
-    yield back
-    reset_broker()
 
 
 def relay_all(broker) -> int:

@@ -15,17 +15,15 @@ import pytest
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.core.management import call_command
-from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.test import APIClient
 
 from django_rtq import outbox
-from django_rtq.connection import reset_broker
 from django_rtq.models import OutboxTask
 from django_rtq.operations import Operations
-from tests.test_admin import logged_in, user_with
+from tests.support.users import logged_in, user_with
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.django_db
@@ -71,15 +69,6 @@ def outbox_unreadable(monkeypatch):
     monkeypatch.setattr(OutboxTask._meta, "db_table", "django_rtq_no_such_outbox")
 
 
-@pytest.fixture
-def redis_away(settings, prefix):
-    """Point the process at a port where no Redis listens."""
-    settings.RTQ = {**settings.RTQ, "REDIS_URL": "redis://127.0.0.1:1/0"}
-    reset_broker()
-    yield
-    reset_broker()
-
-
 def test_reading_the_outbox_needs_the_view_permission(waiting):
     nobody = User.objects.create_user("nobody", is_staff=True)
     viewer = user_with("view_livetask", username="viewer")
@@ -93,11 +82,6 @@ def test_reading_the_outbox_needs_the_view_permission(waiting):
 
 DASHBOARD = "/admin/django_rtq/livetask/"
 OUTBOX_PAGE = "/admin/django_rtq/livetask/outbox/"
-
-
-@pytest.fixture
-def viewer() -> Client:
-    return logged_in(user_with("view_livetask", username="viewer"))
 
 
 def text_of(fragment: str) -> str:
@@ -117,8 +101,8 @@ def listed_rows(response) -> list[list[str]]:
     return [[text_of(cell) for cell in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)] for row in rows]
 
 
-def test_the_dashboard_shows_the_tasks_waiting_the_oldests_age_and_those_failing(waiting, viewer):
-    response = viewer.get(DASHBOARD)
+def test_the_dashboard_shows_the_tasks_waiting_the_oldests_age_and_those_failing(waiting, viewer_client):
+    response = viewer_client.get(DASHBOARD)
     assert response.status_code == 200
     assert outbox_line(response) == (
         f"Outbox: 3 tasks waiting to be sent to Redis, the oldest for {OLDEST_AGE_SHOWN}. "
@@ -128,26 +112,28 @@ def test_the_dashboard_shows_the_tasks_waiting_the_oldests_age_and_those_failing
     assert link in response.content.decode()
 
 
-def test_the_dashboard_says_when_the_outbox_is_empty_and_mentions_no_failure(broker, viewer):
-    assert outbox_line(viewer.get(DASHBOARD)) == "Outbox: empty"
+def test_the_dashboard_says_when_the_outbox_is_empty_and_mentions_no_failure(broker, viewer_client):
+    assert outbox_line(viewer_client.get(DASHBOARD)) == "Outbox: empty"
 
     store(1)
-    line = outbox_line(viewer.get(DASHBOARD))
+    line = outbox_line(viewer_client.get(DASHBOARD))
     assert line.startswith("Outbox: 1 task waiting to be sent to Redis, the oldest for ")
     assert "could not be sent" not in line
 
 
 @pytest.mark.django_db(transaction=True)  # a failed query must not end the test's transaction
-def test_the_dashboard_shows_redis_when_the_outbox_cannot_be_read(broker, viewer, outbox_unreadable, caplog):
-    response = viewer.get(DASHBOARD)
+def test_the_dashboard_shows_redis_when_the_outbox_cannot_be_read(
+    broker, viewer_client, outbox_unreadable, caplog
+):
+    response = viewer_client.get(DASHBOARD)
     assert response.status_code == 200
     assert outbox_line(response) == "Outbox: unknown (its database could not be read)"
     assert '<tr data-queue="default">' in response.content.decode()
     assert "the dashboard could not read the outbox" in caplog.text
 
 
-def test_the_outbox_page_lists_the_waiting_tasks_oldest_first_with_their_errors(waiting, viewer):
-    response = viewer.get(OUTBOX_PAGE)
+def test_the_outbox_page_lists_the_waiting_tasks_oldest_first_with_their_errors(waiting, viewer_client):
+    response = viewer_client.get(OUTBOX_PAGE)
     assert response.status_code == 200
     rows = waiting["rows"]
     listed = listed_rows(response)
@@ -160,31 +146,31 @@ def test_the_outbox_page_lists_the_waiting_tasks_oldest_first_with_their_errors(
     )
 
 
-def test_the_outbox_page_lists_the_oldest_hundred(broker, viewer):
+def test_the_outbox_page_lists_the_oldest_hundred(broker, viewer_client):
     rows = store(101)
-    response = viewer.get(OUTBOX_PAGE)
+    response = viewer_client.get(OUTBOX_PAGE)
     listed = [cells[0] for cells in listed_rows(response)]
     assert listed == [row.task_id for row in rows[:100]]
     assert "The oldest 100 are listed." in text_of(response.content.decode())
 
 
-def test_the_outbox_page_says_when_it_is_empty(broker, viewer):
-    response = viewer.get(OUTBOX_PAGE)
+def test_the_outbox_page_says_when_it_is_empty(broker, viewer_client):
+    response = viewer_client.get(OUTBOX_PAGE)
     assert response.status_code == 200
     assert listed_rows(response) == []
     assert "The outbox is empty: every task enqueued is in Redis." in text_of(response.content.decode())
 
 
-def test_the_outbox_page_works_while_redis_is_away(waiting, viewer, redis_away):
-    response = viewer.get(OUTBOX_PAGE)
+def test_the_outbox_page_works_while_redis_is_away(waiting, viewer_client, redis_away):
+    response = viewer_client.get(OUTBOX_PAGE)
     assert response.status_code == 200
     assert len(listed_rows(response)) == 3
 
 
 def test_the_page_that_says_redis_is_away_links_to_the_tasks_waiting_in_the_outbox(
-    waiting, viewer, redis_away
+    waiting, viewer_client, redis_away
 ):
-    response = viewer.get(DASHBOARD)
+    response = viewer_client.get(DASHBOARD)
     assert response.status_code == 503
     page = response.content.decode()
     assert f'<a href="{OUTBOX_PAGE}">3 tasks waiting</a>' in page
@@ -216,18 +202,18 @@ def test_giving_up_tasks_of_the_outbox_asks_first_then_deletes_them(waiting):
     }
 
 
-def test_giving_up_tasks_of_the_outbox_needs_the_change_permission(waiting, viewer):
-    assert 'name="ids"' not in viewer.get(OUTBOX_PAGE).content.decode()
+def test_giving_up_tasks_of_the_outbox_needs_the_change_permission(waiting, viewer_client):
+    assert 'name="ids"' not in viewer_client.get(OUTBOX_PAGE).content.decode()
     task_id = waiting["rows"][0].task_id
-    assert viewer.post(OUTBOX_ACTION, {"ids": [task_id], "confirm": "yes"}).status_code == 403
+    assert viewer_client.post(OUTBOX_ACTION, {"ids": [task_id], "confirm": "yes"}).status_code == 403
     with pytest.raises(PermissionDenied, match="change_livetask"):
         Operations(User.objects.get(username="viewer")).delete_outbox_tasks([task_id])
     assert OutboxTask.objects.count() == 3
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_outbox_page_says_when_its_database_cannot_be_read(broker, viewer, outbox_unreadable):
-    response = viewer.get(OUTBOX_PAGE)
+def test_the_outbox_page_says_when_its_database_cannot_be_read(broker, viewer_client, outbox_unreadable):
+    response = viewer_client.get(OUTBOX_PAGE)
     assert response.status_code == 200
     assert "The outbox's database cannot be read: " in text_of(response.content.decode())
     assert listed_rows(response) == []
@@ -244,15 +230,8 @@ def test_staff_without_the_view_permission_see_no_outbox(waiting):
 API = "/rtq/api/"
 
 
-@pytest.fixture
-def api() -> APIClient:
-    client = APIClient()
-    client.force_authenticate(user_with("view_livetask", username="reader"))
-    return client
-
-
-def test_the_api_counts_the_tasks_waiting_and_dates_the_oldest(waiting, api):
-    response = api.get(f"{API}outbox/")
+def test_the_api_counts_the_tasks_waiting_and_dates_the_oldest(waiting, reader_api):
+    response = reader_api.get(f"{API}outbox/")
     assert response.status_code == 200
     data = response.json()
     assert (data["waiting"], data["failing"]) == (3, 1)
@@ -260,15 +239,15 @@ def test_the_api_counts_the_tasks_waiting_and_dates_the_oldest(waiting, api):
     assert OLDEST_AGE.total_seconds() <= data["oldest_age_seconds"] < OLDEST_AGE.total_seconds() + 60
 
 
-def test_the_api_shows_an_empty_outbox(broker, api):
-    response = api.get(f"{API}outbox/")
+def test_the_api_shows_an_empty_outbox(broker, reader_api):
+    response = reader_api.get(f"{API}outbox/")
     assert response.status_code == 200
     assert response.json() == {"waiting": 0, "oldest": None, "oldest_age_seconds": None, "failing": 0}
 
 
-def test_the_api_answers_about_the_outbox_while_redis_is_away(waiting, api, redis_away):
-    assert api.get(f"{API}queues/").status_code == 503
-    response = api.get(f"{API}outbox/")
+def test_the_api_answers_about_the_outbox_while_redis_is_away(waiting, reader_api, redis_away):
+    assert reader_api.get(f"{API}queues/").status_code == 503
+    response = reader_api.get(f"{API}outbox/")
     assert response.status_code == 200
     assert response.json()["waiting"] == 3
 
@@ -279,8 +258,8 @@ def test_the_api_refuses_the_outbox_without_the_view_permission(waiting):
     assert client.get(f"{API}outbox/").status_code == 403
 
 
-def test_the_schema_describes_the_outbox(broker, api):
-    schema = api.get(f"{API}schema/", {"format": "json"}).json()
+def test_the_schema_describes_the_outbox(broker, reader_api):
+    schema = reader_api.get(f"{API}schema/", {"format": "json"}).json()
     operation = schema["paths"]["/rtq/api/outbox/"]["get"]
     assert operation["operationId"] == "get_outbox"
     ref = operation["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
@@ -353,30 +332,30 @@ def outbox_samples(metrics: dict[str, list[float]]) -> dict[str, list[float]]:
     return {name: values for name, values in metrics.items() if name.startswith("rtq_outbox_")}
 
 
-def test_the_metrics_have_the_outbox_waiting_its_oldests_age_and_failing(waiting, api):
-    samples = outbox_samples(scrape(api))
+def test_the_metrics_have_the_outbox_waiting_its_oldests_age_and_failing(waiting, reader_api):
+    samples = outbox_samples(scrape(reader_api))
     [age_seconds] = samples.pop("rtq_outbox_oldest_age_seconds")
     assert OLDEST_AGE.total_seconds() <= age_seconds < OLDEST_AGE.total_seconds() + 60
     assert samples == {"rtq_outbox_waiting": [3], "rtq_outbox_failing": [1]}
 
 
-def test_the_metrics_of_an_empty_outbox_are_zero(broker, api):
-    assert outbox_samples(scrape(api)) == {
+def test_the_metrics_of_an_empty_outbox_are_zero(broker, reader_api):
+    assert outbox_samples(scrape(reader_api)) == {
         "rtq_outbox_waiting": [0],
         "rtq_outbox_oldest_age_seconds": [0],
         "rtq_outbox_failing": [0],
     }
 
 
-def test_the_metrics_have_the_outbox_while_redis_is_away(waiting, api, redis_away):
-    metrics = scrape(api)
+def test_the_metrics_have_the_outbox_while_redis_is_away(waiting, reader_api, redis_away):
+    metrics = scrape(reader_api)
     assert metrics["rtq_redis_up"] == [0]
     assert metrics["rtq_outbox_waiting"] == [3]
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_metrics_have_redis_when_the_outbox_cannot_be_read(broker, api, outbox_unreadable):
-    metrics = scrape(api)
+def test_the_metrics_have_redis_when_the_outbox_cannot_be_read(broker, reader_api, outbox_unreadable):
+    metrics = scrape(reader_api)
     assert metrics["rtq_redis_up"] == [1]
     assert "rtq_tasks" in metrics
     assert outbox_samples(metrics) == {}

@@ -3,15 +3,11 @@ in one worker, two workers, two worker processes and on a cluster."""
 
 from __future__ import annotations
 
-import os
 import random
 import signal
-import subprocess
-import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -33,12 +29,13 @@ from django_rtq.periodic import (
 )
 from django_rtq.worker.scheduler import Scheduler
 from django_rtq.worker.server import Worker
-from tests.cluster import START_TIME, Cluster
-from tests.conftest import wait_for
-from tests.test_broker import done
+from tests.support.clock import START_TIME
+from tests.support.cluster import Cluster
+from tests.support.factories import done
+from tests.support.polling import wait_for
+from tests.support.runs import reports
 from tests.testapp import tasks
 
-ROOT = Path(__file__).resolve().parent.parent
 RECORD_TICK = "tests.testapp.tasks.record_tick"
 RECORD = "tests.testapp.tasks.record_periodic"
 
@@ -69,10 +66,6 @@ def declare():
     yield register
     for name in names:
         registry._registry.pop(name, None)
-
-
-def reports(redis_client, name):
-    return redis_client.lrange(tasks.report_key(name), 0, -1)
 
 
 def ticks_of(task_ids: list[str], schedule: str) -> list[int]:
@@ -479,42 +472,12 @@ def test_two_workers_on_a_cluster_enqueue_each_tick_once(
     assert set(cluster_broker.periodic_ticks("billing")) == {"ticks"}
 
 
-@pytest.fixture
-def start_worker(prefix):
-    processes: list[subprocess.Popen] = []
-
-    def start(**env: str) -> subprocess.Popen:
-        environment = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "tests.settings",
-            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-            "RTQ_TEST_PREFIX": prefix,
-            **env,
-        }
-        process = subprocess.Popen(
-            [sys.executable, "-m", "django", "rtq_worker", "--loglevel", "WARNING", "--concurrency", "2"],
-            env=environment,
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        processes.append(process)
-        return process
-
-    yield start
-    for process in processes:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-
-
 def test_two_worker_processes_run_each_tick_once_and_miss_none_when_one_stops(
     start_worker, redis_client, broker
 ):
     every_tick = "tests.testapp.tasks.every_tick"  # declared with @task(every=1) in the workers only
-    first = start_worker(RTQ_TEST_PERIODIC_EVERY="1")
-    second = start_worker(RTQ_TEST_PERIODIC_EVERY="1")
+    first = start_worker("--concurrency", "2", RTQ_TEST_PERIODIC_EVERY="1")
+    second = start_worker("--concurrency", "2", RTQ_TEST_PERIODIC_EVERY="1")
     wait_for(lambda: len(reports(redis_client, "every_tick")) >= 3, timeout=30)
     first.send_signal(signal.SIGTERM)
     assert first.wait(timeout=20) == 0, first.stdout.read()

@@ -27,7 +27,7 @@ from django_rtq.broker.states import Action
 from django_rtq.exceptions import TaskNotFound
 from django_rtq.models import FinishedTask, LiveTask
 from django_rtq.operations import Operations
-from tests.test_broker import make_tasks
+from tests.support.factories import make_tasks
 from tests.testapp import api_tasks
 
 pytestmark = pytest.mark.django_db

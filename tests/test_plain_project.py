@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import RedisProcess
+from tests.support.servers import RedisProcess
 
 PROJECT = Path(__file__).parent / "plainproject"
 

@@ -13,9 +13,9 @@ from django.core.management.base import CommandError
 from django_rtq.broker import Broker, TaskState
 from django_rtq.connection import reset_broker
 from django_rtq.management.commands import rtq_top
-from tests.cluster import FakeClock
-from tests.test_broker import BILLING, EMAILS, make_tasks
-from tests.test_commands import table, worker_info
+from tests.support.clock import FakeClock
+from tests.support.commands import table, worker_info
+from tests.support.factories import BILLING, EMAILS, make_tasks
 
 
 class Terminal(io.StringIO):
@@ -23,13 +23,6 @@ class Terminal(io.StringIO):
 
     def isatty(self) -> bool:
         return True
-
-
-@pytest.fixture
-def rtq(broker: Broker, clock: FakeClock) -> Broker:
-    """The broker the command uses (the process's own), on this test's prefix and a fake clock."""
-    broker.clock = clock
-    return broker
 
 
 def top(*args: str, stdout: io.StringIO | None = None) -> str:

@@ -14,8 +14,9 @@ from redis.exceptions import ClusterCrossSlotError, RedisClusterException
 from django_rtq.broker import Broker, TaskState, bulk, manual, workflow
 from django_rtq.broker.scripts import LuaScript, load_scripts
 from django_rtq.broker.states import Action
-from tests.cluster import Cluster, FakeClock
-from tests.test_broker import (
+from tests.support.clock import FakeClock
+from tests.support.cluster import Cluster
+from tests.support.factories import (
     BILLING,
     EMAILS,
     QUEUES,
@@ -24,10 +25,10 @@ from tests.test_broker import (
     claim_ids,
     done,
     fail,
-    ids_in,
     make_tasks,
     message,
 )
+from tests.support.reading import ids_in
 
 SCRIPTS = load_scripts()
 #: "-- ARGV[4..] -> five per task: ..." gives the size of each task's group of arguments.

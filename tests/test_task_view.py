@@ -8,15 +8,10 @@ import pytest
 from django_rtq.broker import TaskState
 from django_rtq.models import FinishedTask
 from django_rtq.task_view import finished_view, live_view
-from tests.conftest import wait_for
+from tests.support.polling import wait_for
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def mirroring(settings, prefix):
-    settings.RTQ = {**settings.RTQ, "MIRROR": True}
 
 
 def test_a_finished_task_reads_the_same_live_and_from_its_mirror_row(mirroring, run_worker, inspector):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 pytest_plugins = ["pytester"]
 

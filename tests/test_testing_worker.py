@@ -168,7 +168,7 @@ def test_a_fake_redis_block_inside_another_returns_to_the_outer_one(prefix, redi
 
 def test_a_burst_without_redis_gives_up_and_says_so(prefix, settings):
     from django_rtq.exceptions import BrokerUnavailable
-    from tests.servers import free_port
+    from tests.support.servers import free_port
 
     settings.RTQ = {**settings.RTQ, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
     with pytest.raises(BrokerUnavailable, match=r"gave up: Redis was unreachable for 0.5s"):

@@ -9,31 +9,12 @@ from datetime import timedelta
 import pytest
 
 from django_rtq.broker import TaskMessage, TaskState, manual
-from django_rtq.exceptions import BrokerUnavailable, DuplicateTask, TaskNotFound
+from django_rtq.exceptions import BrokerUnavailable, DuplicateTask
 from django_rtq.worker.processor import Processor
 from django_rtq.worker.server import Worker
-from tests.conftest import wait_for
+from tests.support.polling import wait_for
+from tests.support.runs import reports, task_state, wait_state
 from tests.testapp import tasks
-
-
-def reports(redis_client, name):
-    return redis_client.lrange(tasks.report_key(name), 0, -1)
-
-
-def state_of(inspector, task_id):
-    try:
-        return inspector.get_task(task_id).state
-    except TaskNotFound:
-        return None
-
-
-def wait_state(inspector, task_id, state, timeout=10.0):
-    wait_for(
-        lambda: state_of(inspector, task_id) == state,
-        timeout,
-        message=f"task {task_id} to be {state}",
-    )
-    return inspector.get_task(task_id) if state else None
 
 
 def test_a_task_runs_and_its_result_is_kept_for_its_retention(run_worker, inspector):
@@ -164,9 +145,9 @@ def test_a_running_task_can_be_cancelled(run_worker, inspector, redis_client):
 def test_a_scheduled_task_runs_once_due(run_worker, inspector, redis_client):
     message = tasks.record.using(delay=0.3).enqueue("scheduled")
     with run_worker():
-        assert state_of(inspector, message.id) == TaskState.SCHEDULED
+        assert task_state(inspector, message.id) == TaskState.SCHEDULED
         wait_for(lambda: reports(redis_client, "scheduled"))
-    assert state_of(inspector, message.id) is None
+    assert task_state(inspector, message.id) is None
 
 
 def test_higher_priority_runs_first_within_a_queue(run_worker, inspector, redis_client):
@@ -210,7 +191,7 @@ def test_a_paused_queue_is_not_served_until_resumed(run_worker, inspector, redis
     with run_worker() as worker:
         wait_for(lambda: worker.broker.workers())  # the worker is up and has looked at the queue
         time.sleep(0.2)  # not synchronisation: the time during which nothing must happen
-        assert state_of(inspector, message.id) == TaskState.PENDING
+        assert task_state(inspector, message.id) == TaskState.PENDING
         inspector.broker.resume("default")
         wait_for(lambda: reports(redis_client, "paused"))
 
@@ -234,7 +215,7 @@ def test_burst_mode_returns_once_the_queues_are_drained(broker, inspector, redis
     assert len(reports(redis_client, "burst")) == 21
     stats = inspector.queue_stats("default")
     assert (stats.pending, stats.active, stats.scheduled) == (0, 0, 1)
-    assert state_of(inspector, later.id) == TaskState.SCHEDULED
+    assert task_state(inspector, later.id) == TaskState.SCHEDULED
 
 
 def test_shutdown_returns_unfinished_tasks_to_pending(broker, inspector, redis_client):

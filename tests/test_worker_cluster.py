@@ -5,14 +5,11 @@ from __future__ import annotations
 from django_rtq.broker import TaskState, manual
 from django_rtq.broker.inspect import Inspector
 from django_rtq.worker.server import Worker
-from tests.conftest import wait_for
+from tests.support.polling import wait_for
+from tests.support.runs import reports
 from tests.testapp import tasks
 
 QUEUES = {"emails": 1, "search": 1, "billing": 1}  # one queue per node of the cluster
-
-
-def reports(redis_client, name):
-    return redis_client.lrange(tasks.report_key(name), 0, -1)
 
 
 def test_a_worker_serves_queues_on_every_node(cluster_broker, prefix, redis_client):

@@ -16,8 +16,8 @@ from django_rtq.broker.broker import translate_errors
 from django_rtq.connection import get_broker, reset_broker
 from django_rtq.exceptions import BrokerUnavailable
 from django_rtq.worker.server import Worker
-from tests.conftest import wait_for
-from tests.test_worker import reports, wait_state
+from tests.support.polling import wait_for
+from tests.support.runs import reports, wait_state
 from tests.testapp import tasks
 
 

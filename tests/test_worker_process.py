@@ -9,7 +9,7 @@ import pytest
 
 from django_rtq import Operations
 from django_rtq.broker import TaskState
-from tests.conftest import wait_for
+from tests.support.polling import wait_for
 from tests.testapp import tasks
 
 

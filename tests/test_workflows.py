@@ -22,7 +22,7 @@ from django_rtq.worker.commander import MAX_COMMAND_ATTEMPTS, Commander, Command
 from django_rtq.workflows import apply_due, chain, chord, group, iterator, map_reduce
 from django_rtq.workflows import commands as commands_module
 from django_rtq.workflows.commands import apply_command
-from tests.conftest import wait_for
+from tests.support.polling import wait_for
 from tests.testapp import tasks
 from tests.testapp.wf_tasks import (
     add,

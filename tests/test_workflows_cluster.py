@@ -15,7 +15,7 @@ from django_rtq.broker.workflow import child_outcome, take_commands
 from django_rtq.worker.server import Worker
 from django_rtq.workflows import apply_due, chain, chord, group, iterator, map_reduce
 from django_rtq.workflows.commands import apply_command
-from tests.conftest import wait_for
+from tests.support.polling import wait_for
 from tests.testapp import tasks
 from tests.testapp.wf_tasks import add, chunk_sum, explode, mul, numbers, split, total
 

@@ -4,7 +4,7 @@
 - `ReplicatedCluster`: a Redis Cluster of three masters, each with one replica.
 - `WorkerProcess`: a real `rtq_worker` process on either of them, logging to a file.
 
-Every server is a foreground child process (tests/servers.py) stopped by `close()`; the
+Every server is a foreground child process (tests/support/servers.py) stopped by `close()`; the
 kernel stops them too if the test run dies first.
 """
 
@@ -16,36 +16,21 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import redis
 
-from tests.cluster import HOST, cli_binary, cluster_port
-from tests.servers import RedisProcess, SentinelProcess, cleanup_dir
+from tests.support.cluster import HOST, cli_binary, cluster_port
+from tests.support.polling import wait_for
+from tests.support.servers import RedisProcess, SentinelProcess, cleanup_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICE = "mymaster"
 #: Seconds a set-up gets to become ready, or to finish a failover.
 READY_TIMEOUT = 30.0
-
-
-def poll(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
-    """Call `condition` until it returns something truthy (errors count as not yet); raise
-    TimeoutError naming `what` and the last error after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    last_error: BaseException | None = None
-    while True:
-        try:
-            value = condition()
-            if value:
-                return value
-        except (redis.RedisError, OSError) as exc:
-            last_error = exc
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what} (last error: {last_error!r})")
-        time.sleep(interval)
+#: The errors of a server that is not ready yet: the waits below take them for "not yet".
+NOT_YET = (redis.RedisError, OSError)
 
 
 def _client(port: int) -> redis.Redis:
@@ -92,10 +77,22 @@ class SentinelGroup:
         try:
             self.master.start()
             self.replica.start()
-            poll(lambda: _replica_online(self.master.port, self.replica.port), READY_TIMEOUT, "the replica")
+            wait_for(
+                lambda: _replica_online(self.master.port, self.replica.port),
+                READY_TIMEOUT,
+                message="the replica",
+                interval=0.05,
+                ignoring=NOT_YET,
+            )
             for sentinel in self.sentinels:
                 sentinel.start()
-            poll(self._sentinels_ready, READY_TIMEOUT, "three sentinels that know each other and the replica")
+            wait_for(
+                self._sentinels_ready,
+                READY_TIMEOUT,
+                message="three sentinels that know each other and the replica",
+                interval=0.05,
+                ignoring=NOT_YET,
+            )
         except BaseException:
             self.close()
             raise
@@ -156,7 +153,13 @@ class SentinelGroup:
                         return False
             return True
 
-        poll(promoted, timeout, f"the sentinels to promote the replica on port {self.replica.port}")
+        wait_for(
+            promoted,
+            timeout,
+            message=f"the sentinels to promote the replica on port {self.replica.port}",
+            interval=0.05,
+            ignoring=NOT_YET,
+        )
         return time.monotonic() - started
 
     def close(self) -> None:
@@ -213,7 +216,13 @@ class ReplicatedCluster:
                 stderr=subprocess.PIPE,
                 timeout=READY_TIMEOUT,
             )
-            poll(self._ready, READY_TIMEOUT, "the cluster: 6 nodes, state ok, replicas in sync")
+            wait_for(
+                self._ready,
+                READY_TIMEOUT,
+                message="the cluster: 6 nodes, state ok, replicas in sync",
+                interval=0.05,
+                ignoring=NOT_YET,
+            )
         except BaseException:
             self.close()
             raise
@@ -319,7 +328,13 @@ class ReplicatedCluster:
                     return False
             return True
 
-        poll(promoted, timeout, f"the cluster to promote the replica on port {replica_port}")
+        wait_for(
+            promoted,
+            timeout,
+            message=f"the cluster to promote the replica on port {replica_port}",
+            interval=0.05,
+            ignoring=NOT_YET,
+        )
         return time.monotonic() - started
 
     def close(self) -> None:

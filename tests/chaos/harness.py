@@ -23,8 +23,8 @@ import pytest
 import redis
 
 from django_rtq.broker.keys import Keyspace
-from tests.conftest import wait_for
-from tests.servers import RedisProcess, cleanup_dir
+from tests.support.polling import wait_for
+from tests.support.servers import RedisProcess, cleanup_dir
 
 PROJECT = Path(__file__).parent / "project"
 #: The checkout these tests are in: its django_rtq is the one the project's processes run.
@@ -78,7 +78,7 @@ def report(line: str) -> None:
 
 
 class Redis:
-    """A throwaway redis-server (tests/servers.py) that can be restarted on its port and dir."""
+    """A throwaway redis-server (tests/support/servers.py) that can be restarted on its port and dir."""
 
     def __init__(self, *extra: str) -> None:
         self.extra = extra
@@ -515,13 +515,12 @@ class Chaos:
     def wait_drained(self, timeout: float) -> float | None:
         """Wait until the clients are done and no task is pending, active, scheduled or retrying;
         return when (time.time()), or None if that did not happen within `timeout` seconds."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        def drained() -> bool:
             sizes = self.sizes()
-            if self.clients_done() and sizes is not None and not any(sizes[s] for s in LIVE_STATES):
-                return time.time()
-            time.sleep(0.1)
-        return None
+            return self.clients_done() and sizes is not None and not any(sizes[s] for s in LIVE_STATES)
+
+        return time.time() if wait_for(drained, timeout, interval=0.1, fail=False) else None
 
     def outboxed(self, task_ids: list[str]) -> int:
         """How many of `task_ids` the outbox has sent to the queue (its `outboxed` set has them)."""
@@ -552,13 +551,12 @@ class Chaos:
         """Wait until each of `keys` has a run that ended; return when (time.time()), or None
         if that did not happen within `timeout` seconds (verify() then names the lost ones)."""
         keys = set(keys)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        def ran() -> bool:
             ended = self.runlog.refresh().ended
-            if all(ended[key] for key in keys):
-                return time.time()
-            time.sleep(0.05)
-        return None
+            return all(ended[key] for key in keys)
+
+        return time.time() if wait_for(ran, timeout, interval=0.05, fail=False) else None
 
     def wait_ended(self, count: int, timeout: float = 60) -> None:
         wait_for(

@@ -36,6 +36,7 @@ from django_rtq.connection import redis_client as connect_url
 from django_rtq.exceptions import BrokerUnavailable, TaskIdConflict
 from tests.chaos.failover_servers import ReplicatedCluster, SentinelGroup, WorkerProcess
 from tests.chaos.failover_settings import register_record_task
+from tests.support.polling import wait_for
 from tests.testapp.tasks import report_key
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(360)]
@@ -222,12 +223,12 @@ def run_failover_scenario(
 
 
 def _wait(condition: Callable[[], bool], timeout: float, what: str, workers: list[WorkerProcess]) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline or not any(w.alive() for w in workers):
-            logs = "\n".join(w.log_tail() for w in workers)
-            pytest.fail(f"timed out after {timeout}s waiting for {what}; worker logs:\n{logs}")
-        time.sleep(0.05)
+    """Wait until `condition` holds; fail with the workers' logs after `timeout` seconds, or as
+    soon as no worker is alive."""
+    wait_for(lambda: condition() or not any(w.alive() for w in workers), timeout, interval=0.05, fail=False)
+    if not condition():
+        logs = "\n".join(w.log_tail() for w in workers)
+        pytest.fail(f"timed out after {timeout}s waiting for {what}; worker logs:\n{logs}")
 
 
 @pytest.mark.parametrize("how", ["sentinel-failover", "sentinel-kill"])

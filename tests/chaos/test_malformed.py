@@ -44,6 +44,7 @@ from hypothesis import strategies as st
 from django_rtq.broker import Broker
 from django_rtq.broker.message import TaskMessage
 from django_rtq.workflows import chain, group
+from tests.support.polling import wait_for
 from tests.testapp import tasks
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(600)]
@@ -191,9 +192,12 @@ class Lab:
     # Verdicts
 
     def wait_until_settled(self, task_ids: list[str], queue: str = QUEUE, timeout: float = SETTLE_TIMEOUT):
-        deadline = time.monotonic() + timeout
-        while any(self.is_live(task_id, queue) for task_id in task_ids) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(
+            lambda: not any(self.is_live(task_id, queue) for task_id in task_ids),
+            timeout,
+            interval=0.05,
+            fail=False,
+        )
 
     def judge_bad_task(
         self,
@@ -231,9 +235,7 @@ class Lab:
         def started() -> int:
             return sum(self.ran(f"{name}:started") for name in names)
 
-        deadline = time.monotonic() + GOOD_TIMEOUT
-        while started() < CONCURRENCY and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_for(lambda: started() >= CONCURRENCY, GOOD_TIMEOUT, interval=0.02, fail=False)
         count = started()
         for name in names:
             self.client.set(tasks.report_key(f"release:{name}"), "1")
@@ -242,9 +244,7 @@ class Lab:
                 f"only {count} of {CONCURRENCY} good tasks enqueued to {queue!r} after the bad data "
                 f"started within {GOOD_TIMEOUT}s (the worker lost executor threads, or stopped claiming)"
             )
-        deadline = time.monotonic() + GOOD_TIMEOUT
-        while not all(self.ran(name) for name in names) and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_for(lambda: all(self.ran(name) for name in names), GOOD_TIMEOUT, interval=0.02, fail=False)
         if not all(self.ran(name) for name in names):
             return f"good tasks in {queue!r} started but did not finish within {GOOD_TIMEOUT}s"
         return None
@@ -622,9 +622,7 @@ def check_expired_leases_with_bad_data(lab: Lab, cases: list[tuple[str, Corrupti
             # The recoverer starts taking tasks back about a lease after it started.
             timeout = SETTLE_TIMEOUT + SHORT_LEASE
             lab.wait_until_settled([intact.id] + [task_id for _, _, task_id, _ in bad], timeout=timeout)
-            deadline = time.monotonic() + SETTLE_TIMEOUT
-            while not lab.ran(intact_name) and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_for(lambda: lab.ran(intact_name), SETTLE_TIMEOUT, interval=0.05, fail=False)
             if not lab.ran(intact_name):
                 state, sets = lab.where(intact.id)
                 problems.append(
@@ -716,10 +714,8 @@ def check_wrong_typed_key(lab: Lab, name: str, kind: str) -> None:
             problem = lab.good_work_runs(OTHER_QUEUE)
             if problem:
                 problems.append(f"{label}: with queue {QUEUE!r} broken, {problem}")
-            deadline = time.monotonic() + SETTLE_TIMEOUT
             needles = ("WRONGTYPE", key, "wrong type", "wrong kind")
-            while not lab.logged_about(*needles) and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_for(lambda: lab.logged_about(*needles), SETTLE_TIMEOUT, interval=0.05, fail=False)
             if not lab.logged_about(*needles):
                 problems.append(f"{label}: nothing logged at WARNING or worse names the problem or the key")
             lab.client.delete(key)  # repaired: the queue must work again

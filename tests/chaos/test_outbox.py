@@ -30,7 +30,7 @@ import pytest
 
 from django_rtq.outbox import LEASE_SECONDS, RELAY_BATCH
 from tests.chaos.harness import DATABASES, Chaos, Redis, Run, Worker
-from tests.conftest import wait_for
+from tests.support.polling import wait_for
 
 pytestmark = [pytest.mark.chaos, pytest.mark.parametrize("database", DATABASES)]
 
@@ -76,12 +76,7 @@ def assert_same_keys(found: Iterable[str], expected: Iterable[str], what: str) -
 def held_at(condition: Callable[[], bool], timeout: float) -> float | None:
     """When (time.time()) `condition` held, polled for up to `timeout` seconds; None if it did
     not (nothing fails: the scenario's checks report it)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return None
-        time.sleep(0.05)
-    return time.time()
+    return time.time() if wait_for(condition, timeout, interval=0.05, fail=False) else None
 
 
 def orders_while_redis_is_down(chaos: Chaos, server: Redis, calls, *, django_task: bool = False) -> str:

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tests.proxy import TCPProxy
+from tests.support.proxy import TCPProxy
 
 pytestmark = pytest.mark.chaos
 
@@ -44,7 +44,7 @@ def test_redis_restarted_mid_run(redis_servers, chaos_project):
 
 @pytest.fixture
 def tcp_proxy():
-    """A TCPProxy to a port (tests/proxy.py), taken down at teardown: `tcp_proxy(port)`."""
+    """A TCPProxy to a port (tests/support/proxy.py), taken down at teardown: `tcp_proxy(port)`."""
     proxies = []
 
     def start(port: int) -> TCPProxy:

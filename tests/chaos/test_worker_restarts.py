@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from tests.chaos.harness import every, wait_for
+from tests.chaos.harness import every
+from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.chaos
 

@@ -3,20 +3,8 @@
 from __future__ import annotations
 
 from django_rtq.broker import Broker, TaskState
-from tests.test_broker import (
-    BILLING,
-    EMAILS,
-    WORKER,
-    claim,
-    column,
-    counter,
-    done,
-    enqueue,
-    holds_columns,
-    ids_in,
-    make_tasks,
-    state_of,
-)
+from tests.support.factories import BILLING, EMAILS, WORKER, claim, done, enqueue, make_tasks
+from tests.support.reading import column, counter, holds_columns, ids_in, state_of
 
 #: More than one command takes from a list at once (UNPACK_LIMIT in _lib.lua), and not a multiple of it.
 BIG_BATCH = 2345

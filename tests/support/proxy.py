@@ -7,7 +7,7 @@ import selectors
 import socket
 import threading
 
-from tests.servers import free_port
+from tests.support.servers import free_port
 
 
 class TCPProxy:

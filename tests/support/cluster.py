@@ -10,7 +10,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,7 +20,9 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 
 from django_rtq.broker import Broker
-from tests.servers import RedisProcess, cleanup_dir, free_port, server_binary
+from tests.support.clock import FakeClock
+from tests.support.polling import wait_for
+from tests.support.servers import RedisProcess, cleanup_dir, free_port, server_binary
 
 HOST = "127.0.0.1"
 SLOTS = 16384
@@ -29,8 +30,6 @@ NODES = 3
 #: A port's cluster bus listens on the port plus this.
 BUS_OFFSET = 10000
 READY_TIMEOUT = 20.0
-#: The clock of `any_broker` starts here (2023-11-14 22:13:20 UTC).
-START_TIME = 1_700_000_000.0
 
 
 @dataclass(frozen=True)
@@ -101,19 +100,22 @@ def create_with_commands(ports: list[int]) -> None:
             client.execute_command("CLUSTER MEET", HOST, port)
 
 
+def node_ready(port: int, nodes: int) -> bool:
+    """Whether the node reports the cluster ok and knows every other node."""
+    with redis.Redis(host=HOST, port=port, decode_responses=True) as client:
+        info = client.cluster("info")
+    return info["cluster_state"] == "ok" and int(info["cluster_known_nodes"]) == nodes
+
+
 def wait_until_ready(ports: list[int]) -> None:
     """Poll every node until it reports the cluster ok and knows every other node."""
-    deadline = time.monotonic() + READY_TIMEOUT
-    pending = list(ports)
-    while pending:
-        with redis.Redis(host=HOST, port=pending[0], decode_responses=True) as client:
-            info = client.cluster("info")
-        if info["cluster_state"] == "ok" and int(info["cluster_known_nodes"]) == len(ports):
-            pending.pop(0)
-            continue
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"cluster node {pending[0]} not ready: {info}")
-        time.sleep(0.05)
+    for port in ports:
+        wait_for(
+            lambda port=port: node_ready(port, len(ports)),
+            READY_TIMEOUT,
+            interval=0.05,
+            message=f"cluster node {port} to be ready",
+        )
 
 
 @pytest.fixture(scope="session")
@@ -148,28 +150,6 @@ def cluster_broker(redis_cluster: Cluster) -> Iterator[Broker]:
         for key in node_client.scan_iter(f"{prefix}:*", count=1000):
             node_client.delete(key)
     client.close()
-
-
-class FakeClock:
-    """A clock that stands still until the test moves it."""
-
-    def __init__(self, now: float = START_TIME) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> float:
-        self.now += seconds
-        return self.now
-
-    def ms(self, seconds_from_now: float = 0.0) -> int:
-        return int((self.now + seconds_from_now) * 1000)
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
 
 
 @pytest.fixture(params=["standalone", "cluster"])

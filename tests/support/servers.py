@@ -11,10 +11,11 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import redis
+
+from tests.support.polling import wait_for
 
 
 def server_binary() -> str:
@@ -110,17 +111,23 @@ class RedisProcess:
             self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent
         )
         client = redis.Redis(port=self.port, password=self.password, socket_connect_timeout=0.2)
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                client.ping()
-                return self
-            except redis.ConnectionError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"redis-server on port {self.port} did not start") from None
-                time.sleep(0.02)
-            finally:
-                client.close()
+
+        def answers() -> bool:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"redis-server on port {self.port} did not start")
+            return client.ping()
+
+        try:
+            wait_for(
+                answers,
+                timeout,
+                interval=0.02,
+                message=f"redis-server on port {self.port} to start",
+                ignoring=(redis.ConnectionError,),
+            )
+        finally:
+            client.close()
+        return self
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
@@ -188,17 +195,21 @@ class SentinelProcess(RedisProcess):
     def start(self, timeout: float = 10.0) -> SentinelProcess:
         super().start(timeout)
         client = redis.Redis(port=self.port, socket_connect_timeout=0.2, decode_responses=True)
-        deadline = time.monotonic() + timeout
+
+        def sees_its_master_up() -> bool:
+            state = client.sentinel_masters().get(self.service)
+            return bool(state and state["is_master"] and not state["is_sdown"] and not state["is_odown"])
+
         try:
-            while True:  # until this sentinel reports the master up
-                state = client.sentinel_masters().get(self.service)
-                if state and state["is_master"] and not state["is_sdown"] and not state["is_odown"]:
-                    return self
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"sentinel on port {self.port} does not see its master: {state}")
-                time.sleep(0.02)
+            wait_for(
+                sees_its_master_up,
+                timeout,
+                interval=0.02,
+                message=f"sentinel on port {self.port} to see its master",
+            )
         finally:
             client.close()
+        return self
 
 
 def _die_with_parent() -> None:
