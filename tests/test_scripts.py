@@ -193,7 +193,7 @@ def test_every_call_passes_the_keys_and_arguments_its_header_declares(recorded: 
         check_count(f"{name} ARGV", passed, script.fixed_args, script.variadic_args, per_task(script))
 
 
-@pytest.mark.parametrize("name", ["run_now", "archive_tasks", "delete_tasks"])
+@pytest.mark.parametrize("name", ["run_now", "archive", "delete"])
 def test_a_manual_action_passes_its_allowed_states_and_their_sorted_sets(recorded: list[Call], name: str):
     script = SCRIPTS[name]
     calls = [call for call in recorded if call.script is script]
@@ -218,12 +218,12 @@ def test_some_calls_carry_uniqueness_locks(recorded: list[Call]):
     assert with_locks == {
         "enqueue",
         "enqueue_periodic",
-        "outbox_send",
+        "send_outboxed",
         "complete",
         "fail",
         "recover",
-        "archive_tasks",
-        "delete_tasks",
+        "archive",
+        "delete",
     }
 
 

@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 
 #: Tasks sent in one enqueue script call; a bulk enqueue is atomic per chunk.
 ENQUEUE_CHUNK = 1000
-#: What `send_outboxed` reports of each task (outbox_send.lua's codes).
+#: What `send_outboxed` reports of each task (send_outboxed.lua's codes).
 OUTBOX_SENT, OUTBOX_SENT_BEFORE, OUTBOX_DROPPED = 0, 1, 2
 #: Tasks a bounded script (forward, trim) moves per call.
 BATCH_LIMIT = 100
@@ -348,7 +348,7 @@ class Broker:
                         keys.append(qk.unique(messages[i].unique_key))
                         unique_index = len(keys)
                     args += _enqueue_args(messages[i], unique_index)
-                calls.append(("outbox_send", keys, args))
+                calls.append(("send_outboxed", keys, args))
                 chunks.append(chunk)
         outcomes: list[int | Exception] = [0] * len(messages)
         for chunk, reply in zip(chunks, self._run_each(calls), strict=True):
@@ -647,7 +647,7 @@ class Broker:
         args: list[Any] = [self.clock_arg(), self.lease_ms, worker_id]
         for task_id, started in tasks:
             args += [task_id, int(started)]
-        return self.run_script("extend_lease", [qk.active, qk.owner, qk.unstarted], args)
+        return self.run_script("extend_leases", [qk.active, qk.owner, qk.unstarted], args)
 
     # Housekeeping (forwarder, recoverer, janitor)
 
@@ -761,7 +761,7 @@ class Broker:
         """Take (id, record JSON) pairs of finished tasks to mirror; None while another worker
         mirrors this queue. The records stay buffered until `ack_finished`."""
         qk = self.queue(queue)
-        reply = self.run_script("mirror_take", [qk.mirror_lock, qk.finished], [worker_id, lock_ms, limit])
+        reply = self.run_script("take_finished", [qk.mirror_lock, qk.finished], [worker_id, lock_ms, limit])
         if reply is None:
             return None
         return [(reply[i], reply[i + 1]) for i in range(0, len(reply), 2)]
@@ -774,7 +774,7 @@ class Broker:
         args: list[Any] = [worker_id, int(release)]
         for task_id, record in records:
             args += [task_id, hashlib.sha1(record.encode()).hexdigest()]
-        return self.run_script("mirror_ack", [qk.mirror_lock, qk.finished], args)
+        return self.run_script("ack_finished", [qk.mirror_lock, qk.finished], args)
 
     def finished_backlog(self, queue: str) -> int:
         """How many finished tasks' records of a queue wait to be mirrored."""
