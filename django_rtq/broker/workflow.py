@@ -73,14 +73,10 @@ def activate(
         planned.append({**workflow, "key": len(keys), "fields": fields})
     plan = json.dumps({"tasks": list(tasks), "workflows": planned}, separators=(",", ":"))
     broker.register_queues([queue])
-    handoff = qk.handoff_prefix
-    limits = broker.limits()
-    if limits and any(limits.holds(queue, json.loads(task[1]).get("task", "")) for task in tasks):
-        handoff = ""  # a limit may hold one back: only a claim applies limits
     args = [
         broker.now_ms(),
         qk.wake_channel,
-        handoff,
+        broker.handoff_prefix(qk, (json.loads(task[1]).get("task", "") for task in tasks)),
         broker.lease_ms,
         cmd_id,
         APPLIED_TTL_MS,
