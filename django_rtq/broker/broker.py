@@ -17,6 +17,7 @@ from typing import Any
 import redis
 import redis.cluster
 
+from ..defaults import DEFAULT_LEASE_SECONDS, DEFAULT_STATS_TTL_SECONDS
 from ..exceptions import BrokerUnavailable, DuplicateTask, TaskIdConflict
 from .keys import Keyspace, QueueKeys
 from .limits import NO_LIMITS, FlowLimits, LimitsSource, no_limits
@@ -32,13 +33,6 @@ ENQUEUE_CHUNK = 1000
 OUTBOX_SENT, OUTBOX_SENT_BEFORE, OUTBOX_DROPPED = 0, 1, 2
 #: Tasks a bounded script (forward, trim) moves per call.
 BATCH_LIMIT = 100
-#: Seconds a per-day counter is kept.
-DEFAULT_COUNTER_TTL_SECONDS = 90 * 24 * 3600
-#: Seconds a worker's lease on a task lasts unless its heartbeater extends it.
-DEFAULT_LEASE_SECONDS = 5.0
-#: Times a task whose handler had started may be taken back from a dead worker before it is
-#: archived as a poison pill.
-DEFAULT_MAX_RECOVERIES = 5
 #: One script call: the script's name, its KEYS, its ARGV.
 ScriptCall = tuple[str, Sequence[str], Sequence[Any]]
 #: Errors Redis answers while it cannot take writes for a while (loading, a failover, out of
@@ -144,7 +138,7 @@ class Broker:
         *,
         prefix: str = "rtq",
         clock: Callable[[], float] | None = None,
-        counter_ttl: int = DEFAULT_COUNTER_TTL_SECONDS,
+        counter_ttl: float = DEFAULT_STATS_TTL_SECONDS,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         mirror: bool = False,
     ) -> None:
