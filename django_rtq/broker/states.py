@@ -15,10 +15,6 @@ class TaskState(enum.StrEnum):
     WAITING = "waiting"  # a workflow (chain, group, map/reduce, iterator) waiting for its children
 
 
-#: States a task ends in: kept for a while, then gone (or in the ORM mirror).
-FINISHED_STATES = (TaskState.ARCHIVED, TaskState.COMPLETED)
-
-
 class Action(enum.StrEnum):
     """What a person can do to a task by hand (admin, API, commands)."""
 
