@@ -61,7 +61,7 @@ def load_scripts() -> dict[str, LuaScript]:
     for path in sorted(LUA_DIR.glob("[!_]*.lua")):
         body = path.read_text()
         source = _used_helpers(helpers, body) + "\n" + body
-        header = {"KEYS": [], "ARGV": []}
+        header: dict[str, list[tuple[bool, str]]] = {"KEYS": [], "ARGV": []}  # (variadic, text)
         for kind, index, rest, text in _HEADER_LINE.findall(body):
             lines = header[kind]
             if int(index) != len(lines) + 1 or (lines and lines[-1][0]):
