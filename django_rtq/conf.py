@@ -12,39 +12,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from . import defaults
 from .broker.limits import Limit, make_limit
-
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
-DEFAULT_KEY_PREFIX = "rtq"
-DEFAULT_QUEUE = "default"
-DEFAULT_CONCURRENCY = 10  # threads per worker process
-DEFAULT_MAX_RETRIES = 5
-DEFAULT_TIMEOUT_SECONDS = 1800.0  # asynq's default when neither timeout nor deadline is set
-DEFAULT_RETENTION_SECONDS = 0.0  # completed tasks are deleted at once unless a task asks otherwise
-DEFAULT_UNIQUE_TTL_SECONDS = 3600.0
-# A dead worker's tasks run again within about LEASE + RECOVERY_GRACE + RECOVERER_INTERVAL
-# seconds (7 s at these defaults). Leases are reckoned on the Redis server's clock.
-DEFAULT_LEASE_SECONDS = 5.0
-DEFAULT_RECOVERY_GRACE_SECONDS = 1.0  # past its expiry, for a renewal on its way to arrive
-DEFAULT_HEARTBEAT_INTERVAL_SECONDS = 1.0  # leases are renewed this often
-DEFAULT_MAX_RECOVERIES = 5  # times a task may be taken back from a dead worker mid-run
-DEFAULT_FORWARDER_INTERVAL_SECONDS = 1.0
-DEFAULT_RECOVERER_INTERVAL_SECONDS = 1.0
-DEFAULT_JANITOR_INTERVAL_SECONDS = 8.0
-DEFAULT_HEALTHCHECK_INTERVAL_SECONDS = 15.0
-DEFAULT_SYNCER_INTERVAL_SECONDS = 1.0
-DEFAULT_SHUTDOWN_TIMEOUT_SECONDS = 8.0
-DEFAULT_IDLE_WAIT_SECONDS = 1.0  # longest an idle worker waits before claiming again
-DEFAULT_ARCHIVE_MAX_SIZE = 10_000
-DEFAULT_ARCHIVE_MAX_AGE_SECONDS = 90 * 24 * 3600.0
-DEFAULT_STATS_TTL_SECONDS = 90 * 24 * 3600.0  # how long per-day counters are kept
-DEFAULT_MIRROR_INTERVAL_SECONDS = 1.0
-DEFAULT_MIRROR_BATCH_SIZE = 500
-DEFAULT_MIRROR_MAX_AGE_SECONDS = 30 * 24 * 3600.0  # rows older than this are pruned by rtq_prune
-DEFAULT_SCHEDULER_INTERVAL_SECONDS = 1.0
-DEFAULT_COMMAND_INTERVAL_SECONDS = 0.5  # how often a worker looks for workflow commands left over
-DEFAULT_OUTBOX_RELAY_AFTER_SECONDS = 5.0  # a row older than this is the relay's to send
-DEFAULT_OUTBOX_RELAY_INTERVAL_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,52 +25,52 @@ class RTQSettings:
     REDIS_OPTIONS: dict[str, Any] = field(default_factory=dict)
     # alias of a django-redis cache whose connection settings to use instead of REDIS_URL
     CACHE_ALIAS: str | None = None
-    KEY_PREFIX: str = DEFAULT_KEY_PREFIX
+    KEY_PREFIX: str = defaults.DEFAULT_KEY_PREFIX
     # queue name -> weight; workers started without --queues serve these
-    QUEUES: dict[str, int] = field(default_factory=lambda: {DEFAULT_QUEUE: 1})
-    DEFAULT_QUEUE: str = DEFAULT_QUEUE
+    QUEUES: dict[str, int] = field(default_factory=lambda: {defaults.DEFAULT_QUEUE: 1})
+    DEFAULT_QUEUE: str = defaults.DEFAULT_QUEUE
     STRICT_PRIORITY: bool = False
     # queue name -> {"rate_limit": "100/m", "burst": 10, "max_concurrency": 5}: limits every task
     # of the queue counts against, across all workers (docs/flow-control.md); parsed into Limits
     QUEUE_LIMITS: dict[str, Limit] = field(default_factory=dict)
-    CONCURRENCY: int = DEFAULT_CONCURRENCY
-    MAX_RETRIES: int = DEFAULT_MAX_RETRIES
-    TIMEOUT: float | None = DEFAULT_TIMEOUT_SECONDS
-    RETENTION: float = DEFAULT_RETENTION_SECONDS
-    UNIQUE_TTL: float = DEFAULT_UNIQUE_TTL_SECONDS
+    CONCURRENCY: int = defaults.DEFAULT_CONCURRENCY
+    MAX_RETRIES: int = defaults.DEFAULT_MAX_RETRIES
+    TIMEOUT: float | None = defaults.DEFAULT_TIMEOUT_SECONDS
+    RETENTION: float = defaults.DEFAULT_RETENTION_SECONDS
+    UNIQUE_TTL: float = defaults.DEFAULT_UNIQUE_TTL_SECONDS
     # callable or dotted path: (retried: int, exc: BaseException) -> seconds
     RETRY_BACKOFF: Any = "django_rtq.retry.exponential_backoff"
-    LEASE_SECONDS: float = DEFAULT_LEASE_SECONDS
-    RECOVERY_GRACE: float = DEFAULT_RECOVERY_GRACE_SECONDS
-    HEARTBEAT_INTERVAL: float = DEFAULT_HEARTBEAT_INTERVAL_SECONDS
+    LEASE_SECONDS: float = defaults.DEFAULT_LEASE_SECONDS
+    RECOVERY_GRACE: float = defaults.DEFAULT_RECOVERY_GRACE_SECONDS
+    HEARTBEAT_INTERVAL: float = defaults.DEFAULT_HEARTBEAT_INTERVAL_SECONDS
     # a task whose worker died while running it more often than this is archived (WorkerLost)
-    MAX_RECOVERIES: int = DEFAULT_MAX_RECOVERIES
-    FORWARDER_INTERVAL: float = DEFAULT_FORWARDER_INTERVAL_SECONDS
-    RECOVERER_INTERVAL: float = DEFAULT_RECOVERER_INTERVAL_SECONDS
-    JANITOR_INTERVAL: float = DEFAULT_JANITOR_INTERVAL_SECONDS
-    HEALTHCHECK_INTERVAL: float = DEFAULT_HEALTHCHECK_INTERVAL_SECONDS
-    SYNCER_INTERVAL: float = DEFAULT_SYNCER_INTERVAL_SECONDS
-    SHUTDOWN_TIMEOUT: float = DEFAULT_SHUTDOWN_TIMEOUT_SECONDS
-    IDLE_WAIT: float = DEFAULT_IDLE_WAIT_SECONDS
-    ARCHIVE_MAX_SIZE: int = DEFAULT_ARCHIVE_MAX_SIZE
-    ARCHIVE_MAX_AGE: float = DEFAULT_ARCHIVE_MAX_AGE_SECONDS
-    STATS_TTL: float = DEFAULT_STATS_TTL_SECONDS
+    MAX_RECOVERIES: int = defaults.DEFAULT_MAX_RECOVERIES
+    FORWARDER_INTERVAL: float = defaults.DEFAULT_FORWARDER_INTERVAL_SECONDS
+    RECOVERER_INTERVAL: float = defaults.DEFAULT_RECOVERER_INTERVAL_SECONDS
+    JANITOR_INTERVAL: float = defaults.DEFAULT_JANITOR_INTERVAL_SECONDS
+    HEALTHCHECK_INTERVAL: float = defaults.DEFAULT_HEALTHCHECK_INTERVAL_SECONDS
+    SYNCER_INTERVAL: float = defaults.DEFAULT_SYNCER_INTERVAL_SECONDS
+    SHUTDOWN_TIMEOUT: float = defaults.DEFAULT_SHUTDOWN_TIMEOUT_SECONDS
+    IDLE_WAIT: float = defaults.DEFAULT_IDLE_WAIT_SECONDS
+    ARCHIVE_MAX_SIZE: int = defaults.DEFAULT_ARCHIVE_MAX_SIZE
+    ARCHIVE_MAX_AGE: float = defaults.DEFAULT_ARCHIVE_MAX_AGE_SECONDS
+    STATS_TTL: float = defaults.DEFAULT_STATS_TTL_SECONDS
     # dotted path or callable, called with (healthy: bool, error: Exception | None)
     HEALTH_CHECK: Any = None
     # the ORM mirror of finished tasks (django_rtq.models.FinishedTask)
     MIRROR: bool = True
-    MIRROR_INTERVAL: float = DEFAULT_MIRROR_INTERVAL_SECONDS
-    MIRROR_BATCH_SIZE: int = DEFAULT_MIRROR_BATCH_SIZE
-    MIRROR_MAX_AGE: float = DEFAULT_MIRROR_MAX_AGE_SECONDS
+    MIRROR_INTERVAL: float = defaults.DEFAULT_MIRROR_INTERVAL_SECONDS
+    MIRROR_BATCH_SIZE: int = defaults.DEFAULT_MIRROR_BATCH_SIZE
+    MIRROR_MAX_AGE: float = defaults.DEFAULT_MIRROR_MAX_AGE_SECONDS
     MIRROR_DATABASE: str = "default"
     # modules of task types to import at start-up besides each installed app's `tasks`
     # (django_rtq/discovery.py): where a task type whose name is not its path is defined
     TASK_MODULES: list[str] = field(default_factory=list)
     # periodic tasks: name -> {"task": ..., "cron": ... | "every": seconds, "args", "kwargs", ...}
     PERIODIC: dict[str, dict[str, Any]] = field(default_factory=dict)
-    SCHEDULER_INTERVAL: float = DEFAULT_SCHEDULER_INTERVAL_SECONDS
+    SCHEDULER_INTERVAL: float = defaults.DEFAULT_SCHEDULER_INTERVAL_SECONDS
     # workflows: seconds between a worker's looks for commands no one applied yet
-    COMMAND_INTERVAL: float = DEFAULT_COMMAND_INTERVAL_SECONDS
+    COMMAND_INTERVAL: float = defaults.DEFAULT_COMMAND_INTERVAL_SECONDS
     # the REST API (django_rtq.api): DRF classes as dotted paths; None = DRF's authentication
     # classes and django-rtq's permissions (RTQPermissions: see docs/api.md)
     API_AUTHENTICATION_CLASSES: list[str] | None = None
@@ -114,8 +83,8 @@ class RTQSettings:
     OUTBOX_FALLBACK: bool = False
     # the database the outbox's rows go to: the one your own writes go to
     OUTBOX_DATABASE: str = "default"
-    OUTBOX_RELAY_AFTER: float = DEFAULT_OUTBOX_RELAY_AFTER_SECONDS
-    OUTBOX_RELAY_INTERVAL: float = DEFAULT_OUTBOX_RELAY_INTERVAL_SECONDS
+    OUTBOX_RELAY_AFTER: float = defaults.DEFAULT_OUTBOX_RELAY_AFTER_SECONDS
+    OUTBOX_RELAY_INTERVAL: float = defaults.DEFAULT_OUTBOX_RELAY_INTERVAL_SECONDS
 
 
 @functools.cache
@@ -131,7 +100,7 @@ def get_settings() -> RTQSettings:
             f"Unknown key(s) in settings.RTQ: {', '.join(unknown)}. Known keys: {', '.join(sorted(known))}."
         )
     values = dict(user)
-    values.setdefault("REDIS_URL", os.environ.get("RTQ_REDIS_URL") or DEFAULT_REDIS_URL)
+    values.setdefault("REDIS_URL", os.environ.get("RTQ_REDIS_URL") or defaults.DEFAULT_REDIS_URL)
     queues = values.get("QUEUES")
     if queues is not None:
         values["QUEUES"] = parse_queues(queues)

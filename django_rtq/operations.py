@@ -26,7 +26,7 @@ from .broker import Broker, TaskMessage, bulk, manual
 from .broker.bulk import PURGE_STATES, BulkJob
 from .broker.inspect import NAME_SEARCH_SCAN, Inspector, LimitUse, QueueStats, TaskInfo
 from .broker.limits import QUEUE_SCOPE
-from .broker.states import ACTION_STATES, Action, TaskState
+from .broker.states import ACTION_STATES, Action, ActionNotAllowed, TaskState
 from .broker.timings import Histogram
 from .conf import get_settings
 from .connection import get_broker
@@ -82,7 +82,7 @@ class ActionReport:
 
 def skip_reason(action: Action, state: TaskState) -> str:
     """Why a task in `state` is left alone by `action`."""
-    return f"it is {state}; {action} applies to {', '.join(ACTION_STATES[action])} tasks"
+    return ActionNotAllowed(action, state).skip_reason
 
 
 WORKFLOW_RUN_REASON = "it is a workflow, and a finished workflow cannot be run again: enqueue it anew"

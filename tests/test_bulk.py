@@ -10,7 +10,7 @@ import pytest
 
 from django_rtq.broker import Broker, TaskState, bulk, manual
 from django_rtq.broker.bulk import BulkJob
-from django_rtq.broker.states import ACTION_STATES, BULK_ACTIONS, Action
+from django_rtq.broker.states import ACTION_STATES, BULK_ACTIONS, Action, ActionNotAllowed, check_action
 from django_rtq.exceptions import InvalidStateTransition
 from django_rtq.operations import Operations
 from django_rtq.worker.bulk_runner import BulkRunner
@@ -237,6 +237,23 @@ def test_a_state_the_action_does_not_apply_to_is_refused(
 
     assert bulk.jobs(any_broker, EMAILS) == []
     assert ids_in(any_broker, EMAILS, state) == ids
+
+
+@pytest.mark.parametrize("action", Action)
+def test_check_action_is_the_one_check_of_the_table_with_its_one_sentence(action: Action):
+    for state in S:
+        if state in ACTION_STATES[action]:
+            check_action(action, state)
+            continue
+        with pytest.raises(ActionNotAllowed) as refused:
+            check_action(action, state)
+        allowed = ", ".join(ACTION_STATES[action])
+        assert isinstance(refused.value, InvalidStateTransition)
+        assert str(refused.value) == f"{action} applies to {allowed} tasks, not {state}."
+        assert (
+            refused.value.sentence("rtq_x --all") == f"rtq_x --all applies to {allowed} tasks, not {state}."
+        )
+        assert refused.value.skip_reason == f"it is {state}; {action} applies to {allowed} tasks"
 
 
 @pytest.mark.parametrize("state", ACTION_STATES[Action.CANCEL])

@@ -1,9 +1,15 @@
 """Settings and retry backoff: pure logic."""
 
+import ast
+import inspect
+
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from django_rtq.conf import DEFAULT_REDIS_URL, get_settings, parse_queues
+from django_rtq import defaults
+from django_rtq.broker import Broker
+from django_rtq.conf import RTQSettings, get_settings, parse_queues
+from django_rtq.defaults import DEFAULT_REDIS_URL
 from django_rtq.retry import BACKOFF_CAP_SECONDS, exponential_backoff, resolve_backoff
 
 
@@ -71,3 +77,15 @@ def test_every_setting_is_documented_with_its_default():
     page = (Path(__file__).parent.parent / "docs" / "settings.md").read_text()
     missing = [f.name for f in fields(RTQSettings) if f"| `{f.name}` |" not in page]
     assert missing == []
+
+
+def test_the_settings_and_the_broker_take_their_defaults_from_one_django_free_module():
+    made = RTQSettings()
+    assert made.LEASE_SECONDS == defaults.DEFAULT_LEASE_SECONDS
+    assert made.STATS_TTL == defaults.DEFAULT_STATS_TTL_SECONDS
+    assert made.MAX_RECOVERIES == defaults.DEFAULT_MAX_RECOVERIES
+    broker = inspect.signature(Broker).parameters
+    assert broker["lease_seconds"].default == made.LEASE_SECONDS
+    assert broker["counter_ttl"].default == made.STATS_TTL
+    tree = ast.parse(inspect.getsource(defaults))
+    assert not [node for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom)]

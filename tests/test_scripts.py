@@ -12,7 +12,8 @@ from redis.crc import key_slot
 from redis.exceptions import ClusterCrossSlotError, RedisClusterException
 
 from django_rtq.broker import Broker, TaskState, bulk, manual, workflow
-from django_rtq.broker.scripts import LuaScript, load_scripts
+from django_rtq.broker.keys import Keyspace
+from django_rtq.broker.scripts import LuaScript, key_pattern, load_scripts
 from django_rtq.broker.states import Action
 from tests.support.clock import FakeClock
 from tests.support.cluster import Cluster
@@ -194,7 +195,47 @@ def test_every_call_passes_the_keys_and_arguments_its_header_declares(recorded: 
         check_count(f"{name} ARGV", passed, script.fixed_args, script.variadic_args, per_task(script))
 
 
-@pytest.mark.parametrize("name", ["run_now", "archive_tasks", "delete_tasks"])
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_every_call_passes_each_key_its_header_names_at_that_position(recorded: list[Call], name: str):
+    """KEYS checked by name: each key a call passes is the key its header's line names at that
+    position ("KEYS[4] -> rtq:{<queue>}:pending"), all of one queue; the variadic keys past the
+    allowed states' sorted sets are those the KEYS[n..] line names."""
+    script = SCRIPTS[name]
+    fixed = [key_pattern(text) for text in script.keys]
+    more = key_pattern(script.more_keys) if "rtq:" in script.more_keys else None
+    calls = [call for call in recorded if call.script is script]
+    assert calls, f"no operation ran {name}"
+    for call in calls:
+        queues = set()
+        for position, (key, pattern) in enumerate(zip(call.keys, fixed, strict=False), start=1):
+            found = pattern.fullmatch(key)
+            assert found, f"{name} KEYS[{position}] is {key!r}, not {script.keys[position - 1]!r}"
+            queues.add(found["queue"])
+        rest = call.keys[script.fixed_keys + len(allowed_states(script, call)) :]
+        for position, key in enumerate(rest, start=len(call.keys) - len(rest) + 1):
+            found = more and more.fullmatch(key)
+            assert found, f"{name} KEYS[{position}] is {key!r}, not one of {script.more_keys!r}"
+            queues.add(found["queue"])
+        assert len(queues) == 1, f"{name} passes keys of queues {queues}"
+
+
+def test_a_key_matches_the_name_of_its_own_header_line_only():
+    qk = Keyspace("rtq-test").queue("emails")
+    extend = SCRIPTS["extend_leases"]
+    passed = [qk.active, qk.owner, qk.unstarted]
+    assert all(key_pattern(name).fullmatch(key) for name, key in zip(extend.keys, passed, strict=True))
+    assert not key_pattern(extend.keys[0]).fullmatch(qk.owner)  # KEYS[1] is active
+    assert (
+        key_pattern("rtq:{<queue>}:processed:<day>").fullmatch(qk.processed("2026-11-25"))["queue"]
+        == "emails"
+    )
+    forward = key_pattern(SCRIPTS["forward"].keys[0])  # "rtq:{<queue>}:scheduled or rtq:{<queue>}:retry"
+    assert (
+        forward.fullmatch(qk.scheduled) and forward.fullmatch(qk.retry) and not forward.fullmatch(qk.pending)
+    )
+
+
+@pytest.mark.parametrize("name", ["run_now", "archive", "delete"])
 def test_a_manual_action_passes_its_allowed_states_and_their_sorted_sets(recorded: list[Call], name: str):
     script = SCRIPTS[name]
     calls = [call for call in recorded if call.script is script]
@@ -219,12 +260,12 @@ def test_some_calls_carry_uniqueness_locks(recorded: list[Call]):
     assert with_locks == {
         "enqueue",
         "enqueue_periodic",
-        "outbox_send",
+        "send_outboxed",
         "complete",
         "fail",
         "recover",
-        "archive_tasks",
-        "delete_tasks",
+        "archive",
+        "delete",
     }
 
 

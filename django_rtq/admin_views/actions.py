@@ -21,7 +21,7 @@ from django.views.decorators.http import require_POST
 
 from ..broker import TaskState
 from ..broker.bulk import PURGE_STATES
-from ..broker.states import BULK_ACTIONS, Action, actions_for
+from ..broker.states import BULK_ACTIONS, Action, ActionNotAllowed, actions_for, check_action
 from ..formats import plural
 from ..operations import DONE, ActionReport, Operations
 from .common import admin_url, live_view, page_context, safe_next, task_url
@@ -84,9 +84,8 @@ def task_action(request: HttpRequest, model_admin: ModelAdmin, ops: Operations) 
         return HttpResponseRedirect(back)
     try:
         action = Action(data.get("action", ""))
-    except ValueError:
-        action = None
-    if action is None or action not in actions_for(state):
+        check_action(action, state)
+    except (ValueError, ActionNotAllowed):
         messages.error(request, f"That action does not apply to {state} tasks.")
         return HttpResponseRedirect(back)
     everything = scope == "all"

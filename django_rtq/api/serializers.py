@@ -9,7 +9,7 @@ from django.core.validators import RegexValidator
 from rest_framework import serializers
 
 from ..broker.message import MAX_PRIORITY, MIN_PRIORITY
-from ..broker.states import ACTION_STATES, BULK_ACTIONS, Action, TaskState
+from ..broker.states import ACTION_STATES, BULK_ACTIONS, Action, ActionNotAllowed, TaskState, check_action
 from ..models import FinishedTask
 from ..task_options import TASK_ID_PATTERN, TASK_ID_RULE
 
@@ -125,11 +125,10 @@ class BulkActionSerializer(serializers.Serializer):
 
     def validate(self, data: dict[str, Any]) -> dict[str, Any]:
         action, state = Action(data["action"]), TaskState(data["state"])
-        allowed = ACTION_STATES[action]
-        if state not in allowed:
-            raise serializers.ValidationError(
-                {"state": [f"{action} applies to {', '.join(allowed)} tasks, not {state}."]}
-            )
+        try:
+            check_action(action, state)
+        except ActionNotAllowed as exc:
+            raise serializers.ValidationError({"state": [str(exc)]}) from exc
         return {"action": action, "state": state}
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import redis
 import redis.cluster
 
+from ..defaults import DEFAULT_LEASE_SECONDS, DEFAULT_STATS_TTL_SECONDS
 from ..exceptions import BrokerUnavailable, DuplicateTask, TaskIdConflict
 from .attempt import parse_info
 from .keys import Keyspace, QueueKeys
@@ -29,17 +30,12 @@ logger = logging.getLogger(__name__)
 
 #: Tasks sent in one enqueue script call; a bulk enqueue is atomic per chunk.
 ENQUEUE_CHUNK = 1000
-#: What `send_outboxed` reports of each task (outbox_send.lua's codes).
+#: What `send_outboxed` reports of each task (send_outboxed.lua's codes).
 OUTBOX_SENT, OUTBOX_SENT_BEFORE, OUTBOX_DROPPED = 0, 1, 2
 #: Tasks a bounded script (forward, trim) moves per call.
 BATCH_LIMIT = 100
-#: Seconds a per-day counter is kept.
-DEFAULT_COUNTER_TTL_SECONDS = 90 * 24 * 3600
-#: Seconds a worker's lease on a task lasts unless its heartbeater extends it.
-DEFAULT_LEASE_SECONDS = 5.0
-#: Times a task whose handler had started may be taken back from a dead worker before it is
-#: archived as a poison pill.
-DEFAULT_MAX_RECOVERIES = 5
+#: One script call: the script's name, its KEYS, its ARGV.
+ScriptCall = tuple[str, Sequence[str], Sequence[Any]]
 #: Errors Redis answers while it cannot take writes for a while (loading, a failover, out of
 #: memory, no quorum of replicas): the write is retried later, as on a lost connection.
 TRANSIENT_REPLIES = (
@@ -143,7 +139,7 @@ class Broker:
         *,
         prefix: str = "rtq",
         clock: Callable[[], float] | None = None,
-        counter_ttl: int = DEFAULT_COUNTER_TTL_SECONDS,
+        counter_ttl: float = DEFAULT_STATS_TTL_SECONDS,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         mirror: bool = False,
     ) -> None:
@@ -200,7 +196,7 @@ class Broker:
                 # EVAL caches the script on the node that runs it, so later EVALSHAs find it.
                 return self.client.eval(script.source, len(keys), *keys, *args)
 
-    def _run_pipelined(self, calls: Sequence[tuple[str, Sequence[str], Sequence[Any]]]) -> list[Any]:
+    def _run_pipelined(self, calls: Sequence[ScriptCall]) -> list[Any]:
         """Run several scripts in one round trip (not atomically across calls); raise the first
         call's error."""
         if not calls:
@@ -214,7 +210,7 @@ class Broker:
                     raise result
         return results
 
-    def _run_each(self, calls: Sequence[tuple[str, Sequence[str], Sequence[Any]]]) -> list[Any]:
+    def _run_each(self, calls: Sequence[ScriptCall]) -> list[Any]:
         """Run several scripts in one round trip; a call's error is its reply, not raised, but
         for errors that mean Redis is away (BrokerUnavailable)."""
         if not calls:
@@ -231,7 +227,7 @@ class Broker:
                     raise result
         return results
 
-    def _execute_scripts(self, calls: Sequence[tuple[str, Sequence[str], Sequence[Any]]]) -> list[Any]:
+    def _execute_scripts(self, calls: Sequence[ScriptCall]) -> list[Any]:
         """Each call's reply, or its error, from one pipelined round trip; a script missing from
         the node's cache is sent whole and run again."""
         with translate_errors():
@@ -261,61 +257,9 @@ class Broker:
         held. Each chunk of ENQUEUE_CHUNK tasks of a queue is all or nothing: the chunk holding
         that task is not written, the others are.
         """
-        if len(messages) == 1:
-            self._enqueue_one(messages[0])
-            return
-        by_queue: dict[str, list[TaskMessage]] = defaultdict(list)
-        for message in messages:
-            by_queue[message.queue].append(message)
-        calls: list[tuple[str, Sequence[str], Sequence[Any]]] = []
-        chunks: list[list[TaskMessage]] = []
-        clock_arg = self.clock_arg()
-        limits = self.limits()
-        for queue, queued in by_queue.items():
-            qk = self.queue(queue)
-            handoff = qk.handoff_prefix
-            if limits and any(limits.holds(queue, message.task) for message in queued):
-                handoff = ""
-            head = [clock_arg, qk.wake_channel, handoff, self.lease_ms]
-            for start in range(0, len(queued), ENQUEUE_CHUNK):
-                chunk = queued[start : start + ENQUEUE_CHUNK]
-                keys = list(qk.enqueue_keys)
-                args = head.copy()
-                for message in chunk:
-                    unique_index = 0
-                    if message.unique_key:
-                        keys.append(qk.unique(message.unique_key))
-                        unique_index = len(keys)
-                    args += _enqueue_args(message, unique_index)
-                calls.append(("enqueue", keys, args))
-                chunks.append(chunk)
-        results = self._run_pipelined(calls)
-        self.register_queues(by_queue)
-        for chunk, (code, *rest) in zip(chunks, results, strict=True):
+        for chunk, (code, *rest) in self._send("enqueue", messages, self._run_pipelined):
             if code:
-                raise _enqueue_refused(code, chunk[rest[0] - 1])
-
-    def _enqueue_one(self, message: TaskMessage) -> None:
-        """Enqueue one task (the common case): one script call, with the queue's keys as named
-        once, and none of the grouping and pipelining of many."""
-        qk = self.queue(message.queue)
-        keys = qk.enqueue_keys
-        unique_index = 0
-        if message.unique_key:
-            keys = (*keys, qk.unique(message.unique_key))
-            unique_index = len(keys)
-        args = (
-            self.clock_arg(),
-            qk.wake_channel,
-            self.handoff_prefix(message.queue, message.task),
-            self.lease_ms,
-            *_enqueue_args(message, unique_index),
-        )
-        code = self.run_script("enqueue", keys, args)[0]
-        if message.queue not in self._known_queues:
-            self.register_queues((message.queue,))
-        if code:
-            raise _enqueue_refused(code, message)
+                raise _enqueue_refused(code, messages[chunk[rest[0] - 1]])
 
     def send_outboxed(self, messages: Sequence[TaskMessage]) -> list[int | Exception]:
         """Send tasks from the transactional outbox, in one round trip; each one stands alone.
@@ -326,37 +270,61 @@ class Broker:
         BrokerUnavailable if Redis is away: then some chunks may be written and others not, and
         sending them all again is safe.
         """
-        by_queue: dict[str, list[int]] = defaultdict(list)
-        for index, message in enumerate(messages):
-            by_queue[message.queue].append(index)
-        calls: list[tuple[str, Sequence[str], Sequence[Any]]] = []
-        chunks: list[list[int]] = []
-        clock_arg = self.clock_arg()
-        limits = self.limits()
-        for queue, indexes in by_queue.items():
-            qk = self.queue(queue)
-            handoff = qk.handoff_prefix
-            if limits and any(limits.holds(queue, messages[i].task) for i in indexes):
-                handoff = ""
-            head = [clock_arg, qk.wake_channel, handoff, self.lease_ms]
-            for start in range(0, len(indexes), ENQUEUE_CHUNK):
-                chunk = indexes[start : start + ENQUEUE_CHUNK]
-                keys = [*qk.enqueue_keys, qk.outboxed]
-                args = head.copy()
-                for i in chunk:
-                    unique_index = 0
-                    if messages[i].unique_key:
-                        keys.append(qk.unique(messages[i].unique_key))
-                        unique_index = len(keys)
-                    args += _enqueue_args(messages[i], unique_index)
-                calls.append(("outbox_send", keys, args))
-                chunks.append(chunk)
         outcomes: list[int | Exception] = [0] * len(messages)
-        for chunk, reply in zip(chunks, self._run_each(calls), strict=True):
+        for chunk, reply in self._send("send_outboxed", messages, self._run_each):
             for position, i in enumerate(chunk):
                 outcomes[i] = reply if isinstance(reply, Exception) else int(reply[position])
-        self.register_queues(by_queue)
         return outcomes
+
+    def _send(
+        self,
+        script: str,
+        messages: Sequence[TaskMessage],
+        run: Callable[[Sequence[ScriptCall]], list[Any]],
+    ) -> Iterator[tuple[list[int], Any]]:
+        """Write tasks with `script` (enqueue, or send_outboxed: the same arguments, one key
+        more), one call per chunk of ENQUEUE_CHUNK tasks of a queue, all in the one round trip
+        of `run`; return each chunk's indexes in `messages` with its call's reply."""
+        clock_arg = self.clock_arg()
+        if len(messages) == 1:  # the common case: nothing to group or cut
+            queues: Iterable[str] = (messages[0].queue,)
+            qk = self.queue(messages[0].queue)
+            handoff = self.handoff_prefix(qk, (messages[0].task,))
+            calls = [self._send_call(script, qk, messages, clock_arg, handoff)]
+            chunks = [[0]]
+        else:
+            by_queue: dict[str, list[int]] = defaultdict(list)
+            for index, message in enumerate(messages):
+                by_queue[message.queue].append(index)
+            queues = by_queue
+            calls, chunks = [], []
+            for queue, indexes in by_queue.items():
+                qk = self.queue(queue)
+                handoff = self.handoff_prefix(qk, (messages[i].task for i in indexes))
+                for start in range(0, len(indexes), ENQUEUE_CHUNK):
+                    chunk = indexes[start : start + ENQUEUE_CHUNK]
+                    calls.append(
+                        self._send_call(script, qk, [messages[i] for i in chunk], clock_arg, handoff)
+                    )
+                    chunks.append(chunk)
+        replies = run(calls)
+        self.register_queues(queues)
+        return zip(chunks, replies, strict=True)
+
+    def _send_call(
+        self, script: str, qk: QueueKeys, messages: Iterable[TaskMessage], clock_arg: int, handoff: str
+    ) -> ScriptCall:
+        """One call of enqueue.lua or send_outboxed.lua with these tasks of one queue (see their
+        headers)."""
+        keys = list(qk.enqueue_keys) if script == "enqueue" else [*qk.enqueue_keys, qk.outboxed]
+        args: list[Any] = [clock_arg, qk.wake_channel, handoff, self.lease_ms]
+        for message in messages:
+            unique_index = 0
+            if message.unique_key:
+                keys.append(qk.unique(message.unique_key))
+                unique_index = len(keys)
+            args += _enqueue_args(message, unique_index)
+        return script, keys, args
 
     def outboxed_before(self, starts: dict[str, int], before_ms: int, *, limit: int) -> dict[str, list[str]]:
         """The ids each queue's `outboxed` set has held since before `before_ms`, oldest first,
@@ -410,7 +378,7 @@ class Broker:
         args = [
             self.clock_arg(),
             qk.wake_channel,
-            self.handoff_prefix(message.queue, message.task),
+            self.handoff_prefix(qk, [message.task]),
             self.lease_ms,
         ]
         args += [schedule, tick_ms, message.id, message.to_json(), message.priority, unique_ttl_ms]
@@ -419,13 +387,14 @@ class Broker:
             self.register_queues([message.queue])
         return ("done", "enqueued", "armed", "exists", "locked")[code]
 
-    def handoff_prefix(self, queue: str, task: str) -> str:
-        """The enqueue scripts' hand-off argument for a task: "" (hand it to no idle worker) when
-        a limit may hold it back, since only a claim applies limits."""
+    def handoff_prefix(self, qk: QueueKeys, tasks: Iterable[str]) -> str:
+        """The hand-off argument of a script that enqueues tasks of these types to a queue: ""
+        (hand none to an idle worker) when a limit may hold one back, since only a claim applies
+        limits."""
         limits = self.limits()
-        if limits and limits.holds(queue, task):
+        if limits and any(limits.holds(qk.name, task) for task in tasks):
             return ""
-        return self.queue(queue).handoff_prefix
+        return qk.handoff_prefix
 
     def periodic_ticks(self, queue: str) -> dict[str, int]:
         """Return the last tick (ms) dealt with of each periodic schedule of a queue."""
@@ -648,7 +617,7 @@ class Broker:
         args: list[Any] = [self.clock_arg(), self.lease_ms, worker_id]
         for task_id, started in tasks:
             args += [task_id, int(started)]
-        return self.run_script("extend_lease", [qk.active, qk.owner, qk.unstarted], args)
+        return self.run_script("extend_leases", [qk.active, qk.owner, qk.unstarted], args)
 
     # Housekeeping (forwarder, recoverer, janitor)
 
@@ -762,7 +731,7 @@ class Broker:
         """Take (id, record JSON) pairs of finished tasks to mirror; None while another worker
         mirrors this queue. The records stay buffered until `ack_finished`."""
         qk = self.queue(queue)
-        reply = self.run_script("mirror_take", [qk.mirror_lock, qk.finished], [worker_id, lock_ms, limit])
+        reply = self.run_script("take_finished", [qk.mirror_lock, qk.finished], [worker_id, lock_ms, limit])
         if reply is None:
             return None
         return [(reply[i], reply[i + 1]) for i in range(0, len(reply), 2)]
@@ -775,7 +744,7 @@ class Broker:
         args: list[Any] = [worker_id, int(release)]
         for task_id, record in records:
             args += [task_id, hashlib.sha1(record.encode()).hexdigest()]
-        return self.run_script("mirror_ack", [qk.mirror_lock, qk.finished], args)
+        return self.run_script("ack_finished", [qk.mirror_lock, qk.finished], args)
 
     def finished_backlog(self, queue: str) -> int:
         """How many finished tasks' records of a queue wait to be mirrored."""

@@ -20,7 +20,7 @@ import redis
 from ..exceptions import InvalidStateTransition
 from . import manual
 from .broker import Broker, translate_errors
-from .states import ACTION_STATES, BULK_ACTIONS, Action, TaskState
+from .states import BULK_ACTIONS, Action, TaskState, check_action
 
 #: Tasks acted on per script call.
 PAGE = 500
@@ -102,9 +102,7 @@ def start(
     if action not in BULK_ACTIONS:
         raise InvalidStateTransition(f"{action} applies to tasks one by one, not to a whole state.")
     for state in states:
-        if state not in ACTION_STATES[action]:
-            allowed = ", ".join(ACTION_STATES[action])
-            raise InvalidStateTransition(f"{action} applies to {allowed} tasks, not {state}.")
+        check_action(action, state)
     qk = broker.queue(queue)
     with translate_errors():
         pipe = broker.client.pipeline(transaction=False)

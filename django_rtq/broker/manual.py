@@ -50,7 +50,7 @@ def archive(broker: Broker, queue: str, task_ids: list[str], *, reason: str = AR
     ]  # fmt: skip
     args = [broker.now_ms(), int(broker.mirror), CANCELLED, reason, *state_args]
     args += _with_unique_keys(broker, queue, task_ids, keys)
-    return broker.run_script("archive_tasks", keys, args)
+    return broker.run_script("archive", keys, args)
 
 
 def delete(broker: Broker, queue: str, task_ids: list[str]) -> int:
@@ -76,7 +76,7 @@ def delete(broker: Broker, queue: str, task_ids: list[str]) -> int:
     ]  # fmt: skip
     args = [broker.now_ms(), int(broker.mirror), CANCELLED, DELETED_BY_HAND, *state_args]
     args += _with_unique_keys(broker, queue, task_ids, keys)
-    return broker.run_script("delete_tasks", keys, args)
+    return broker.run_script("delete", keys, args)
 
 
 def cancel(broker: Broker, queue: str, task_id: str, state: TaskState) -> int:

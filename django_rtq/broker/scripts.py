@@ -1,4 +1,18 @@
-"""Load the Lua scripts in `lua/` by file stem, each with the shared helpers it uses in front."""
+"""Load the Lua scripts in `lua/` by file stem, each with the shared helpers it uses in front.
+
+Each script starts with a header naming its KEYS and ARGV, one line each:
+
+    -- KEYS[1] -> rtq:{<queue>}:pending
+    -- KEYS[2..] -> rtq:{<queue>}:unique:<key>, one per task that has a unique key
+    -- ARGV[1] -> now (ms)
+
+The loader parses the KEYS lines into the key names each position takes (`LuaScript.keys`).
+Callers still pass their keys as a list of `QueueKeys` attributes, in the header's order:
+building keys from the names at each call would cost time on the hot path (a claim, a
+settle), and a list typed out reads as plainly as the header. Instead tests/test_scripts.py
+runs every operation and checks each key every call passed, by name, against its position's
+line (`key_pattern`): a key out of order or of another queue fails there.
+"""
 
 from __future__ import annotations
 
@@ -9,23 +23,34 @@ from functools import cache
 from pathlib import Path
 
 LUA_DIR = Path(__file__).with_name("lua")
-_KEYS_LINE = re.compile(r"^-- KEYS\[(\d+)(\.\.)?\]", re.MULTILINE)
-_ARGV_LINE = re.compile(r"^-- ARGV\[(\d+)(\.\.)?\]", re.MULTILINE)
+#: A header line, with the lines that carry it on ("--" and two spaces or more):
+#: (KEYS or ARGV, index, ".." when it stands for the rest, what it says).
+_HEADER_LINE = re.compile(r"^-- (KEYS|ARGV)\[(\d+)(\.\.)?\] -> (.*(?:\n--  +.*)*)", re.MULTILINE)
 #: A top-level definition of `_lib.lua`: `local function name(` or `local name =` at column 0.
 _DEFINITION = re.compile(r"^local (?:function )?(\w+)", re.MULTILINE)
+#: A key's name in a header: the prefix, the queue's hash tag, then the rest with `<...>` parts.
+_KEY_NAME = re.compile(r"rtq:\{<queue>\}:(?:<[^>]*>|[^\s,<])+")
 
 
 @dataclass(frozen=True, slots=True)
 class LuaScript:
-    """A script's source and SHA1, with the KEYS and ARGV counts its header declares."""
+    """A script's source and SHA1, with the KEYS and ARGV its header declares."""
 
     name: str
     source: str
     sha: str
-    fixed_keys: int  # KEYS[1..n] named one by one
-    variadic_keys: bool  # a KEYS[n..] line follows them
-    fixed_args: int
-    variadic_args: bool
+    keys: tuple[str, ...]  # what KEYS[1..n] are, one by one: "rtq:{<queue>}:pending"
+    more_keys: str  # what the KEYS[n+1..] line says follows them ("" when none does)
+    fixed_args: int  # ARGV[1..n] named one by one
+    variadic_args: bool  # an ARGV[n+1..] line follows them
+
+    @property
+    def fixed_keys(self) -> int:
+        return len(self.keys)
+
+    @property
+    def variadic_keys(self) -> bool:
+        return bool(self.more_keys)
 
 
 @cache
@@ -36,18 +61,37 @@ def load_scripts() -> dict[str, LuaScript]:
     for path in sorted(LUA_DIR.glob("[!_]*.lua")):
         body = path.read_text()
         source = _used_helpers(helpers, body) + "\n" + body
-        keys = _KEYS_LINE.findall(body)
-        argv = _ARGV_LINE.findall(body)
+        header: dict[str, list[tuple[bool, str]]] = {"KEYS": [], "ARGV": []}  # (variadic, text)
+        for kind, index, rest, text in _HEADER_LINE.findall(body):
+            lines = header[kind]
+            if int(index) != len(lines) + 1 or (lines and lines[-1][0]):
+                raise ValueError(f"{path.name}: {kind}[{index}] is out of order in the header")
+            lines.append((bool(rest), " ".join(line.strip("- ") for line in text.splitlines())))
+        keys, argv = header["KEYS"], header["ARGV"]
         scripts[path.stem] = LuaScript(
             name=path.stem,
             source=source,
             sha=hashlib.sha1(source.encode()).hexdigest(),
-            fixed_keys=sum(1 for _, dots in keys if not dots),
-            variadic_keys=any(dots for _, dots in keys),
-            fixed_args=sum(1 for _, dots in argv if not dots),
-            variadic_args=any(dots for _, dots in argv),
+            keys=tuple(text for rest, text in keys if not rest),
+            more_keys=next((text for rest, text in keys if rest), ""),
+            fixed_args=sum(1 for rest, _ in argv if not rest),
+            variadic_args=any(rest for rest, _ in argv),
         )
     return scripts
+
+
+def key_pattern(header_text: str) -> re.Pattern[str]:
+    """The keys a header's words for a key stand for: each key name in them (one, or "a or b")
+    with any prefix for `rtq`, the queue (group `queue`) for `<queue>`, any text for `<...>`."""
+    names = _KEY_NAME.findall(header_text)
+    if not names:
+        raise ValueError(f"no key name in {header_text!r}")
+    alternatives = []
+    for name in names:
+        rest = name.removeprefix("rtq:{<queue>}:")
+        parts = re.split(r"<[^>]*>", rest)
+        alternatives.append(".+".join(re.escape(part) for part in parts))
+    return re.compile(rf"(?:.+):\{{(?P<queue>[^}}]*)\}}:(?:{'|'.join(alternatives)})")
 
 
 def _helpers(lib: str) -> list[tuple[str, str]]:

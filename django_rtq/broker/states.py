@@ -1,6 +1,8 @@
-"""The states a task moves through (asynq's lifecycle)."""
+"""The states a task moves through (asynq's lifecycle), and the manual actions each allows."""
 
 import enum
+
+from ..exceptions import InvalidStateTransition
 
 
 class TaskState(enum.StrEnum):
@@ -13,10 +15,6 @@ class TaskState(enum.StrEnum):
     ARCHIVED = "archived"  # out of retries, non-retryable, cancelled, or archived by hand
     COMPLETED = "completed"  # succeeded; kept until its retention ends
     WAITING = "waiting"  # a workflow (chain, group, map/reduce, iterator) waiting for its children
-
-
-#: States a task ends in: kept for a while, then gone (or in the ORM mirror).
-FINISHED_STATES = (TaskState.ARCHIVED, TaskState.COMPLETED)
 
 
 class Action(enum.StrEnum):
@@ -51,3 +49,28 @@ BULK_ACTIONS = (Action.RUN, Action.ARCHIVE, Action.DELETE)
 def actions_for(state: TaskState) -> tuple[Action, ...]:
     """The manual actions a task in `state` allows, in the table's order."""
     return tuple(action for action, states in ACTION_STATES.items() if state in states)
+
+
+class ActionNotAllowed(InvalidStateTransition):
+    """A manual action asked of a task, or of a whole state, in a state the action does not apply to."""
+
+    def __init__(self, action: Action, state: TaskState) -> None:
+        self.action, self.state = action, state
+        self.allowed = ACTION_STATES[action]
+        super().__init__(self.sentence(str(action)))
+
+    def sentence(self, subject: str) -> str:
+        """The error as one sentence about `subject` (the action, or the command that asked it):
+        "archive applies to pending, scheduled, retry tasks, not completed." """
+        return f"{subject} applies to {', '.join(self.allowed)} tasks, not {self.state}."
+
+    @property
+    def skip_reason(self) -> str:
+        """Why a task in that state is left alone: "it is completed; archive applies to ... tasks"."""
+        return f"it is {self.state}; {self.action} applies to {', '.join(self.allowed)} tasks"
+
+
+def check_action(action: Action, state: TaskState) -> None:
+    """Raise ActionNotAllowed unless `action` applies to a task in `state` (ACTION_STATES)."""
+    if state not in ACTION_STATES[action]:
+        raise ActionNotAllowed(action, state)

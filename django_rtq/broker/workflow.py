@@ -35,7 +35,7 @@ def take_commands(
 ) -> list[tuple[str, str]]:
     """Lease and return up to `limit` due commands of a queue, as (id, JSON) pairs."""
     qk = broker.queue(queue)
-    reply = broker.run_script("cmd_take", [qk.commands, qk.command], [broker.now_ms(), lease_ms, limit])
+    reply = broker.run_script("take_commands", [qk.commands, qk.command], [broker.now_ms(), lease_ms, limit])
     return [(reply[i], reply[i + 1]) for i in range(0, len(reply), 2)]
 
 
@@ -47,7 +47,7 @@ def commands_done(broker: Broker, queue: str, commands: Sequence[tuple[str, str]
     args: list[str] = []
     for cmd_id, body in commands:
         args += [cmd_id, hashlib.sha1(body.encode()).hexdigest()]
-    return broker.run_script("cmd_done", [qk.commands, qk.command], args)
+    return broker.run_script("commands_done", [qk.commands, qk.command], args)
 
 
 def activate(
@@ -73,20 +73,16 @@ def activate(
         planned.append({**workflow, "key": len(keys), "fields": fields})
     plan = json.dumps({"tasks": list(tasks), "workflows": planned}, separators=(",", ":"))
     broker.register_queues([queue])
-    handoff = qk.handoff_prefix
-    limits = broker.limits()
-    if limits and any(limits.holds(queue, json.loads(task[1]).get("task", "")) for task in tasks):
-        handoff = ""  # a limit may hold one back: only a claim applies limits
     args = [
         broker.now_ms(),
         qk.wake_channel,
-        handoff,
+        broker.handoff_prefix(qk, (json.loads(task[1]).get("task", "") for task in tasks)),
         broker.lease_ms,
         cmd_id,
         APPLIED_TTL_MS,
         plan,
     ]
-    return broker.run_script("wf_activate", keys, args)
+    return broker.run_script("activate", keys, args)
 
 
 def _workflow_keys(broker: Broker, queue: str, workflow_id: str) -> list[str]:
@@ -123,14 +119,14 @@ def child_outcome(
     ]  # fmt: skip
     for child_queue, node_json in new_children:
         args += [child_queue, node_json]
-    reply = broker.run_script("wf_child", _workflow_keys(broker, queue, workflow_id), args)
+    reply = broker.run_script("child_outcome", _workflow_keys(broker, queue, workflow_id), args)
     return _reply(reply, queue, workflow_id)
 
 
 def cancel_workflow(broker: Broker, queue: str, workflow_id: str, *, error_type: str, message: str) -> bool:
     """Archive a waiting workflow as failed with this error, and cancel its unfinished children."""
     args = [broker.now_ms(), workflow_id, int(broker.mirror), error_type, message]
-    return broker.run_script("wf_cancel", _workflow_keys(broker, queue, workflow_id), args) == 1
+    return broker.run_script("cancel_workflow", _workflow_keys(broker, queue, workflow_id), args) == 1
 
 
 def start_postponed(broker: Broker, queue: str, workflow_id: str, *, cmd_id: str) -> bool:
@@ -138,7 +134,7 @@ def start_postponed(broker: Broker, queue: str, workflow_id: str, *, cmd_id: str
     moves on and its first children's activations are written. False if it was not postponed,
     or if its state in Redis was corrupt (it is then archived, and that is logged here)."""
     args = [broker.now_ms(), workflow_id, int(broker.mirror), cmd_id, APPLIED_TTL_MS]
-    reply = broker.run_script("wf_start", _workflow_keys(broker, queue, workflow_id), args)
+    reply = broker.run_script("start_postponed", _workflow_keys(broker, queue, workflow_id), args)
     return _reply(reply, queue, workflow_id) == 1
 
 

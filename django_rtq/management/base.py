@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django_rtq.broker.bulk import BulkJob
 from django_rtq.broker.inspect import TaskInfo
 from django_rtq.broker.message import OPTION_FIELDS
-from django_rtq.broker.states import ACTION_STATES, Action, TaskState
+from django_rtq.broker.states import ACTION_STATES, Action, ActionNotAllowed, TaskState, check_action
 from django_rtq.exceptions import BrokerUnavailable, QueueNotFound, RTQError, TaskNotFound
 from django_rtq.formats import plural
 from django_rtq.operations import DONE, Operations, TaskRef
@@ -218,9 +218,10 @@ class TaskActionCommand(OperationsCommand):
             raise CommandError("--all needs --queue.")
         self.check_queues([queue])
         state = self.check_state(all_state)
-        allowed = ACTION_STATES[self.action]
-        if state not in allowed:
-            raise CommandError(f"rtq_{self.action} --all applies to {', '.join(allowed)} tasks, not {state}.")
+        try:
+            check_action(self.action, state)
+        except ActionNotAllowed as exc:
+            raise CommandError(exc.sentence(f"rtq_{self.action} --all")) from exc
         job = self.ops.start_bulk(self.action, queue, [state], budget=self.step_seconds)
         job = self.carry_to_the_end(job)
         if self.as_json:

@@ -59,8 +59,3 @@ def intercept_enqueues(interceptor: Interceptor) -> Iterator[None]:
             if not _interceptors:
                 Broker.enqueue = _original_enqueue  # type: ignore[method-assign]
                 Broker.send_outboxed = _original_send_outboxed  # type: ignore[method-assign]
-
-
-def is_intercepting() -> bool:
-    """Whether enqueues are intercepted now (they do not reach Redis)."""
-    return bool(_interceptors)

@@ -38,7 +38,7 @@ class CommandRetries:
 
     Giving up removes the command unapplied, logged at ERROR with its id and JSON, so that
     someone can apply it by hand. Its workflow, if the command says which it is, is archived
-    as corrupt (wf_cancel: its unfinished children cancelled, its own workflow told). That is
+    as corrupt (cancel_workflow: its unfinished children cancelled, its own workflow told). That is
     safe, and better than retrying forever: the scripts that apply commands fail a corrupt
     workflow by themselves, so what ends here is an error nobody foresaw, which another try
     would meet again; the workflow could never finish without that command (a child's outcome

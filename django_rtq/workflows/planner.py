@@ -121,7 +121,7 @@ def _plan_workflow(node: dict[str, Any], node_id: str, parent: ParentRef | None,
     ]
     if start_at:
         # Postponed: its first activations wait in its hash, and one command, due at its
-        # start time, starts it (wf_start.lua).
+        # start time, starts it (start_postponed.lua).
         fields.update(stage="postponed", start_at=start_at, start=dumps(commands))
         start = {"type": "start", "workflow": node_id, "queue": queue}
         commands = [[f"start:{node_id}", dumps(start), start_at]]
@@ -190,7 +190,7 @@ def _iterator(node: dict[str, Any], fields: dict[str, Any]) -> list[str]:
     driver = dumps(
         {"t": "task", "task": ITERATE_TASK, "args": [], "options": {}, "immutable": True, "queue": queue}
     )
-    # The script appends the iterator's state and closes kwargs and the node: see wf_child.lua.
+    # The script appends the iterator's state and closes kwargs and the node: see child_outcome.lua.
     driver_prefix = driver[:-1] + ',"kwargs":{"iterator":' + dumps(node["task"]) + ',"state":'
     state = dumps(node.get("state"))
     fields.update(

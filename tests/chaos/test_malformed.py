@@ -743,7 +743,7 @@ def test_a_wrong_typed_key_does_not_stop_the_worker(lab, case):
 
 # Workflows with garbage in their hash
 
-#: Fields of a waiting workflow's hash (see django_rtq/workflows/planner.py and wf_child.lua),
+#: Fields of a waiting workflow's hash (see django_rtq/workflows/planner.py and child_outcome.lua),
 #: by kind, that applying a child's outcome reads.
 WORKFLOW_FIELDS = {
     "chain": ["kind", "n", "done", "queue", "on_error", "created", "retention", "step:1", "step_queue:1"],

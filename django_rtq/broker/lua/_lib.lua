@@ -155,7 +155,7 @@ local function notify_failure(commands, command, id, message, info_json, now)
   }), now)
 end
 
--- Keep a finished task's record for the ORM mirror (see mirror_take.lua): the task's message,
+-- Keep a finished task's record for the ORM mirror (see take_finished.lua): the task's message,
 -- its attempt facts and its result, as one JSON object, by task id.
 local function buffer_finished(finished, id, status, now, message, info_json, result_json)
   redis.call('HSET', finished, id,
@@ -208,7 +208,7 @@ local function info_with_reason(info_raw, error_type, error_message, now)
   return cjson.encode(info)
 end
 
--- The keys and settings of a script that enqueues (enqueue, enqueue_periodic, wf_activate). They
+-- The keys and settings of a script that enqueues (enqueue, enqueue_periodic, activate). They
 -- take as their first ten keys msg, state, priority, pending, scheduled, seq, active, owner, idle
 -- and paused, and as their first four arguments now (ms; 0 = the server's clock), the wake
 -- channel, the hand-off channel prefix and the lease (ms) of a handed-off task, in this order.
@@ -300,11 +300,11 @@ local function is_workflow(message)
   return ok and type(decoded) == 'table' and WORKFLOW_TASKS[decoded.task] == true
 end
 
--- The keys and settings of a script that changes a waiting workflow (wf_child, wf_start,
--- wf_cancel). They take the same sixteen keys, in this order: wf, results, applied, commands,
--- command, msg, state, waiting, completed, archived, info, result, finished, priority,
--- progress and runs; and as their first three arguments now (ms), the workflow's id, and 1 to
--- keep records for the ORM mirror (0 not to).
+-- The keys and settings of a script that changes a waiting workflow (child_outcome,
+-- start_postponed, cancel_workflow). They take the same sixteen keys, in this order: wf, results,
+-- applied, commands, command, msg, state, waiting, completed, archived, info, result, finished,
+-- priority, progress and runs; and as their first three arguments now (ms), the workflow's id,
+-- and 1 to keep records for the ORM mirror (0 not to).
 local function workflow_context()
   return {
     wf = KEYS[1], results = KEYS[2], applied = KEYS[3], commands = KEYS[4], command = KEYS[5],

@@ -1,7 +1,7 @@
 -- Claim up to `limit` pending tasks, highest priority first: move them to active under a
 -- lease held by the worker, and return their messages, attempt facts and run numbers. The
 -- first `start_now` go straight to free threads; the others wait in the worker's memory and
--- are marked unstarted until the worker reports their start (extend_lease), so that a task
+-- are marked unstarted until the worker reports their start (extend_leases), so that a task
 -- recovered from a dead worker is known to have never run. A worker that finds fewer than it
 -- asked for is registered as idle, so that the next task enqueued to an empty queue is handed
 -- straight to it (see enqueue.lua); one that finds enough is not.

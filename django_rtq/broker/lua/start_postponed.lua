@@ -1,5 +1,5 @@
 -- Start a postponed workflow once its time has come, applying its start command (written by
--- wf_activate, due then), once: its stage goes from `postponed` to its first one (mapping for
+-- activate.lua, due then), once: its stage goes from `postponed` to its first one (mapping for
 -- a map/reduce; none for a workflow without stages), and its first activation commands, kept
 -- in its hash (`start`) until now, are written to apply.
 --

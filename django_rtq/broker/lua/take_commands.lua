@@ -1,5 +1,5 @@
 -- Take due commands of a queue to apply: each is leased (due again after the lease) so that a
--- worker that dies while applying it leaves it for another; cmd_done.lua removes it.
+-- worker that dies while applying it leaves it for another; commands_done.lua removes it.
 --
 -- KEYS[1] -> rtq:{<queue>}:commands
 -- KEYS[2] -> rtq:{<queue>}:command

@@ -1,6 +1,6 @@
 -- Take a batch of finished tasks' records to write to the ORM mirror. One worker at a time
 -- mirrors a queue: the caller takes (or renews) the queue's mirror lock, or gets nothing
--- while another worker holds it. Records stay in the buffer until mirror_ack.lua.
+-- while another worker holds it. Records stay in the buffer until ack_finished.lua.
 --
 -- KEYS[1] -> rtq:{<queue>}:mirror_lock
 -- KEYS[2] -> rtq:{<queue>}:finished
