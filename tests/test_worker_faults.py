@@ -12,7 +12,7 @@ import redis
 
 from django_rtq import signals
 from django_rtq.broker import Broker, TaskState
-from django_rtq.broker.broker import translate_errors
+from django_rtq.broker.errors import translate_errors
 from django_rtq.connection import get_broker, reset_broker
 from django_rtq.exceptions import BrokerUnavailable
 from django_rtq.worker.server import Worker

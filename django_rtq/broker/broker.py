@@ -1,4 +1,11 @@
-"""The broker: every task-state change as one atomic Lua step in its queue's slot."""
+"""The broker: every task-state change as one atomic Lua step in its queue's slot.
+
+Longer than the package's other modules on purpose: `Broker` has one method per Lua script,
+each building its script's KEYS and ARGV and reading its reply, as asynq's rdb.go does, so the
+module grows with the scripts and is read a method at a time. What is not a script's caller
+lives elsewhere: the value types a claim returns and a settle takes (`claims.py`), which
+errors pass by themselves (`errors.py`), key names (`keys.py`), reads (`inspect.py`).
+"""
 
 from __future__ import annotations
 
@@ -9,8 +16,6 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,10 +23,12 @@ import redis
 import redis.cluster
 
 from ..defaults import DEFAULT_LEASE_SECONDS, DEFAULT_STATS_TTL_SECONDS
-from ..exceptions import BrokerUnavailable, DuplicateTask, TaskIdConflict
+from ..exceptions import DuplicateTask, TaskIdConflict
 from .attempt import parse_info
+from .claims import Claimed, ClaimedTask, Completion
+from .errors import passes_by_itself, translate_errors
 from .keys import Keyspace, QueueKeys
-from .limits import NO_LIMITS, FlowLimits, LimitsSource, no_limits
+from .limits import LimitsSource, no_limits
 from .message import TaskMessage
 from .scripts import LuaScript, load_scripts
 from .states import TaskState
@@ -36,59 +43,6 @@ OUTBOX_SENT, OUTBOX_SENT_BEFORE, OUTBOX_DROPPED = 0, 1, 2
 BATCH_LIMIT = 100
 #: One script call: the script's name, its KEYS, its ARGV.
 ScriptCall = tuple[str, Sequence[str], Sequence[Any]]
-#: Errors Redis answers while it cannot take writes for a while (loading, a failover, out of
-#: memory, no quorum of replicas): the write is retried later, as on a lost connection.
-TRANSIENT_REPLIES = (
-    "LOADING",
-    "READONLY",
-    "MASTERDOWN",
-    "TRYAGAIN",
-    "CLUSTERDOWN",
-    "OOM",
-    "NOREPLICAS",
-    "MISCONF",
-    "BUSY ",
-)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ClaimedTask:
-    """A task a worker has just claimed: its raw message (parsed later) and attempt facts."""
-
-    id: str
-    queue: str
-    raw_message: str | None  # None when the task's message is missing (a corrupt task)
-    info: dict[str, Any] = field(default_factory=dict)
-    run: str = ""  # the claim's number: the fencing token its results are settled with
-
-
-class Claimed(list[ClaimedTask]):
-    """The tasks one claim took, and what the queue's flow-control limits said (claim.lua)."""
-
-    #: Seconds until the worker should claim again, as a rate limit then lets a waiting task start
-    #: (0: at once); None when no task waits for a rate limit.
-    wait: float | None = None
-    #: Tasks the limits let start wait only for a free thread: claim again when one frees.
-    thread_bound: bool = False
-    #: The limits the claim applied (a task of a type they did not know may have passed its own).
-    limits: FlowLimits = NO_LIMITS
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Completion:
-    """A successful attempt to settle."""
-
-    id: str
-    run: str
-    info: dict[str, Any]
-    result_json: str
-    retention_ms: int
-    unique_key: str | None = None
-    # (started, finished) epoch seconds of a first attempt whose info is empty: the script
-    # writes the info of such an attempt itself
-    times: tuple[float, float] | None = None
-    # a workflow's child: the command to its workflow, up to the result (see child_notice)
-    notify: str = ""
 
 
 def utc_day(epoch_seconds: float) -> str:
@@ -99,29 +53,6 @@ def utc_day(epoch_seconds: float) -> str:
 @functools.lru_cache(maxsize=8)
 def _day_name(day_number: int) -> str:
     return datetime.fromtimestamp(day_number * 86400, UTC).strftime("%Y-%m-%d")
-
-
-@contextmanager
-def translate_errors() -> Iterator[None]:
-    """Turn redis-py's errors that pass by themselves (a lost connection, a failover, a server
-    loading or out of memory) into BrokerUnavailable; others (a script's error) stay as they are."""
-    try:
-        yield
-    except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ClusterError) as exc:
-        raise BrokerUnavailable(f"Redis is unreachable: {exc}") from exc
-    except redis.ResponseError as exc:
-        if passes_by_itself(exc):
-            raise BrokerUnavailable(f"Redis cannot take the command now: {exc}") from exc
-        raise
-
-
-def passes_by_itself(exc: Exception) -> bool:
-    """Whether a redis-py error is one that `translate_errors` makes BrokerUnavailable."""
-    if isinstance(exc, redis.ConnectionError | redis.TimeoutError | redis.exceptions.ClusterError):
-        return True
-    return isinstance(exc, redis.ResponseError) and (
-        str(exc).startswith(TRANSIENT_REPLIES) or isinstance(exc, redis.exceptions.ClusterDownError)
-    )
 
 
 class Broker:

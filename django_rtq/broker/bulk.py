@@ -19,7 +19,8 @@ import redis
 
 from ..exceptions import InvalidStateTransition
 from . import manual
-from .broker import Broker, translate_errors
+from .broker import Broker
+from .errors import translate_errors
 from .states import BULK_ACTIONS, Action, TaskState, check_action
 
 #: Tasks acted on per script call.

@@ -16,7 +16,8 @@ import redis
 
 from ..exceptions import TaskNotFound
 from .attempt import AttemptInfo
-from .broker import Broker, translate_errors, utc_day
+from .broker import Broker, utc_day
+from .errors import translate_errors
 from .limits import HELD_BASE, QUEUE_SCOPE, Limit, bucket_tokens
 from .message import TaskMessage
 from .states import TaskState

@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .broker import Broker, translate_errors
+from .broker import Broker
+from .errors import translate_errors
 from .message import TaskMessage
 from .states import ACTION_STATES, Action, TaskState
 from .workflow import WORKFLOW_TASKS, cancel_workflow

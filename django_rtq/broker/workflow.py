@@ -14,7 +14,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from .broker import Broker, translate_errors
+from .broker import Broker
+from .errors import translate_errors
 
 logger = logging.getLogger(__name__)
 

@@ -6,8 +6,7 @@ import json
 import uuid
 
 from django_rtq import registry
-from django_rtq.broker import Broker, ClaimedTask, TaskMessage, TaskState, manual, workflow
-from django_rtq.broker.broker import Completion
+from django_rtq.broker import Broker, ClaimedTask, Completion, TaskMessage, TaskState, manual, workflow
 from django_rtq.broker.manual import CANCELLED
 from tests.support.clock import START_TIME, FakeClock
 

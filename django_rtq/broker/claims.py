@@ -1,0 +1,48 @@
+"""What a claim hands a worker (ClaimedTask, Claimed) and what the worker settles (Completion)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .limits import NO_LIMITS, FlowLimits
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimedTask:
+    """A task a worker has just claimed: its raw message (parsed later) and attempt facts."""
+
+    id: str
+    queue: str
+    raw_message: str | None  # None when the task's message is missing (a corrupt task)
+    info: dict[str, Any] = field(default_factory=dict)
+    run: str = ""  # the claim's number: the fencing token its results are settled with
+
+
+class Claimed(list[ClaimedTask]):
+    """The tasks one claim took, and what the queue's flow-control limits said (claim.lua)."""
+
+    #: Seconds until the worker should claim again, as a rate limit then lets a waiting task start
+    #: (0: at once); None when no task waits for a rate limit.
+    wait: float | None = None
+    #: Tasks the limits let start wait only for a free thread: claim again when one frees.
+    thread_bound: bool = False
+    #: The limits the claim applied (a task of a type they did not know may have passed its own).
+    limits: FlowLimits = NO_LIMITS
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Completion:
+    """A successful attempt to settle."""
+
+    id: str
+    run: str
+    info: dict[str, Any]
+    result_json: str
+    retention_ms: int
+    unique_key: str | None = None
+    # (started, finished) epoch seconds of a first attempt whose info is empty: the script
+    # writes the info of such an attempt itself
+    times: tuple[float, float] | None = None
+    # a workflow's child: the command to its workflow, up to the result (see child_notice)
+    notify: str = ""
