@@ -20,7 +20,7 @@ from django_rtq.conf import get_settings
 from django_rtq.connection import get_broker
 from django_rtq.exceptions import InvalidTask
 from django_rtq.flow_control import project_limits
-from django_rtq.worker.processor import Processor
+from django_rtq.worker.processor.fetcher import holds
 from tests.support.polling import wait_for
 from tests.testapp import tasks
 
@@ -134,11 +134,10 @@ def test_the_projects_broker_hands_no_limited_task_to_an_idle_worker(settings, p
 
 def test_a_worker_gives_back_a_limited_task_handed_to_it_by_an_older_deploy(registered):
     registered("tests.flow.guarded", max_concurrency=1)
-    processor = Processor.__new__(Processor)
     limits = project_limits()
-    assert processor._limited(limits, "default", json.dumps({"task": "tests.flow.guarded"}))
-    assert not processor._limited(limits, "default", json.dumps({"task": "tests.noop"}))
-    assert not processor._limited(limits, "default", "not json")
+    assert holds(limits, "default", json.dumps({"task": "tests.flow.guarded"}))
+    assert not holds(limits, "default", json.dumps({"task": "tests.noop"}))
+    assert not holds(limits, "default", "not json")
 
 
 def test_a_queue_limit_on_a_queue_named_nowhere_is_a_likely_typo(settings):

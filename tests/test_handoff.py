@@ -94,20 +94,20 @@ def test_a_task_handed_over_runs_on_the_fetching_thread_while_another_takes_over
     try:
         runners = []
         for name in ("first", "second"):
-            wait_for(lambda: processor._idle_listening, message="the worker to listen, idle")
-            fetching = processor._fetching
+            wait_for(lambda: processor.fetcher.listening_idle, message="the worker to listen, idle")
+            fetching = processor.fetcher.thread
             tasks.hold.enqueue(name)
             wait_for(lambda name=name: redis_client.lrange(tasks.report_key(f"{name}:started"), 0, -1))
-            (job,) = [job for job in processor._running.values() if job.message.args == [name]]
+            (job,) = [job for job in processor.jobs.running_jobs() if job.message.args == [name]]
             assert job.thread is fetching  # no second thread was woken to start it
             runners.append(job.thread)
         # Both run at once, each on the thread that was fetching when it came: fetching went on.
-        assert runners[0] is not runners[1] and len(processor._running) == 2
-        assert processor._fetching not in (None, *runners)
+        assert runners[0] is not runners[1] and len(processor.jobs.running_jobs()) == 2
+        assert processor.fetcher.thread not in (None, *runners)
         for name in ("first", "second"):
             redis_client.set(tasks.report_key(f"release:{name}"), "1")
-        wait_for(lambda: not processor._running, message="the tasks to finish")
+        wait_for(lambda: not processor.jobs.running_jobs(), message="the tasks to finish")
     finally:
         worker.stop()
-    assert processor._fetch_stopped.is_set() and worker.dead_threads() == []
+    assert processor.fetcher.stopped.is_set() and worker.dead_threads() == []
     assert broker.client.zcard(broker.queue("default").idle) == 0

@@ -46,7 +46,7 @@ def test_shutdown_gives_back_tasks_that_had_not_started_at_once(broker, inspecto
     worker = Worker(broker=broker, queues={"default": 1}, concurrency=1, shutdown_timeout=5)
     worker.start()
     started(redis_client, "first")
-    wait_for(lambda: worker.processor._queued == 1, message="the second task to wait in memory")
+    wait_for(lambda: worker.processor.jobs.queued == 1, message="the second task to wait in memory")
     stopping = threading.Thread(target=worker.stop)
     stopping.start()
     # While the first still runs (up to the shutdown timeout), the waiting one is already back.
@@ -82,7 +82,7 @@ def test_a_task_handed_to_a_worker_that_filled_up_is_given_back(broker, inspecto
     try:
         started(redis_client, "busy")
         wait_for(
-            lambda: worker.processor._queued == len(waiting), message="the other tasks to wait in memory"
+            lambda: worker.processor.jobs.queued == len(waiting), message="the other tasks to wait in memory"
         )
         qk = broker.queue("default")
         # As if its last claim had come back short just before it filled up.

@@ -1,0 +1,173 @@
+"""The executor threads: each runs one task at a time as a pipeline of steps, or takes a turn fetching."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from typing import Any
+
+from django.db import close_old_connections, connections
+
+from ... import signals
+from ...broker.attempt import AttemptInfo, format_traceback
+from ...context import TaskContext, set_current_task
+from ...exceptions import NonRetryableError, TaskCancelled
+from ..outcome import Failure, send_robust
+from .fetcher import Fetcher
+from .jobs import FETCH, Job, JobState, JobTable, Outcome
+
+logger = logging.getLogger(__name__)
+_RESULT_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
+def set_expiry(job: Job) -> None:
+    """Note when the watchdog must stop the job: at its timeout, or its deadline if sooner."""
+    message = job.message
+    seconds = message.timeout
+    job.stopped_by_deadline = False
+    if message.deadline is not None:
+        until_deadline = message.deadline - time.time()
+        if seconds is None or until_deadline < seconds:
+            seconds, job.stopped_by_deadline = until_deadline, True
+    if seconds is not None:
+        job.expires_at = time.monotonic() + max(0.0, seconds)
+
+
+def encode_result(result: Any) -> str:
+    """The handler's return value as JSON, or NonRetryableError if it has none."""
+    try:
+        return _RESULT_ENCODER.encode(result)
+    except (TypeError, ValueError) as exc:
+        raise NonRetryableError(f"the task's return value is not JSON-serializable: {exc}") from exc
+
+
+class Executor:
+    """The executor runs handlers on its threads: sync ones directly, `async def` ones on an
+    event loop of the thread's own. The thread that takes the FETCH token from the work queue
+    fetches until it is handed a task to run itself (`Fetcher.run()`).
+
+    One task's run (`run()`) is a pipeline: take the job, set its expiry, set the task context,
+    call the handler, encode its result, record the outcome.
+    """
+
+    def __init__(self, *, jobs: JobTable, fetcher: Fetcher, worker_id: str) -> None:
+        self.jobs = jobs
+        self.fetcher = fetcher
+        self.worker_id = worker_id
+        #: The executor threads: an abandoned one leaves the list as a fresh one takes its place.
+        self.threads: list[threading.Thread] = []
+
+    def start(self, count: int) -> None:
+        for _ in range(count):
+            self.start_thread()
+
+    def start_thread(self) -> None:
+        thread = threading.Thread(target=self._loop, name=f"rtq-exec-{len(self.threads)}", daemon=True)
+        thread.start()
+        self.threads.append(thread)
+
+    def replace(self, thread: threading.Thread | None) -> None:
+        """Give up a thread whose handler is being interrupted, and start a fresh one in its place
+        (the caller holds the job table's lock)."""
+        self.threads.remove(thread)
+        self.start_thread()
+
+    def end_threads(self) -> None:
+        """Have every thread end once it has finished its task."""
+        for _ in range(len(self.threads)):
+            self.jobs.work.put(None)
+
+    def _loop(self) -> None:
+        loop: asyncio.AbstractEventLoop | None = None
+        try:
+            while True:
+                job = self.jobs.work.get()
+                if job is FETCH:
+                    job = self.fetcher.run()  # a task handed over while idle, or None once stopping
+                    if job is None:
+                        return  # taking work now could start a task that stop() gives back
+                if not isinstance(job, Job):
+                    return  # stop() ends the threads
+                if job.task_type.is_async and loop is None:
+                    loop = asyncio.new_event_loop()
+                if not self.run(job, loop if job.task_type.is_async else None):
+                    return  # this thread was abandoned (a fresh one took its place) or stopped
+        except BaseException:
+            # An interruption meant for an abandoned job may land after its handler returned.
+            if threading.current_thread() in self.threads:
+                logger.exception("executor thread failed")
+        finally:
+            if loop is not None:
+                loop.close()
+            connections.close_all()  # this thread's own; left open they outlive the worker
+
+    def run(self, job: Job, loop: asyncio.AbstractEventLoop | None = None) -> bool:
+        """Run one job on this thread (an async one on `loop`); return False if this thread was
+        abandoned or stopped and must end."""
+        if not self.jobs.start_running(job):
+            return True
+        outcome = Outcome(job=job, claimed=job.claimed)
+        try:
+            set_expiry(job)
+            set_current_task(self._context(job))
+            result = self._call(job, loop)
+            outcome.result_json = encode_result(result)
+            send_robust(signals.task_succeeded, job.task_type, message=job.message, result=result)
+        except BaseException as exc:
+            outcome.failure = Failure(
+                claimed=job.claimed,
+                message=job.message,
+                error=exc,
+                traceback=format_traceback(exc),
+                started_at=job.started_at,
+            )
+        finally:
+            close_old_connections()
+        return self._record(job, outcome)
+
+    def _context(self, job: Job) -> TaskContext:
+        return TaskContext(
+            id=job.id,
+            task=job.message.task,
+            queue=job.claimed.queue,
+            retried=AttemptInfo.from_mapping(job.claimed.info).retried if job.claimed.info else 0,
+            max_retries=job.message.max_retries,
+            worker_id=self.worker_id,
+            enqueued_at=job.message.enqueued_at,
+            started_at=job.started_at,
+            deadline=job.message.deadline,
+            info=job.claimed.info,
+        )
+
+    def _call(self, job: Job, loop: asyncio.AbstractEventLoop | None) -> Any:
+        """Call the handler and return what it returned."""
+        if loop is not None:
+            # Created before the handler starts, so that the watchdog cancels it inside its loop.
+            job.loop = loop
+            job.async_task = loop.create_task(self._call_async(job))
+        close_old_connections()
+        send_robust(signals.task_started, job.task_type, message=job.message, worker_id=self.worker_id)
+        if loop is not None:
+            return self._await(job, loop)
+        return job.task_type.func(*job.message.args, **job.message.kwargs)
+
+    async def _call_async(self, job: Job) -> Any:
+        return await job.task_type.func(*job.message.args, **job.message.kwargs)
+
+    def _await(self, job: Job, loop: asyncio.AbstractEventLoop) -> Any:
+        try:
+            return loop.run_until_complete(job.async_task)
+        except asyncio.CancelledError:
+            raise job.interrupt_error or TaskCancelled("cancelled") from None
+
+    def _record(self, job: Job, outcome: Outcome) -> bool:
+        """Record the outcome in the job table; return whether this thread goes on."""
+        outcome.finished_at = time.time()
+        self.fetcher.note_run(outcome.finished_at - job.started_at)
+        state = self.jobs.finish(job, outcome)
+        if state is JobState.STOPPED:
+            return threading.current_thread() in self.threads
+        return state is JobState.DONE

@@ -1,0 +1,436 @@
+"""The fetcher claims tasks in batches, listens for wake-ups and hand-offs, and dispatches them."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+
+from ...broker import Broker, ClaimedTask, TaskMessage
+from ...broker.limits import NO_LIMITS, FlowLimits
+from ...exceptions import BrokerUnavailable, DeadlineExceeded, NonRetryableError
+from ...registry import find_task_type
+from ..outcome import Failure
+from ..subscriber import POLL_SECONDS, Subscriber
+from .jobs import FETCH, Job, JobTable, Outcome, Unrunnable, give_back, ids_by_queue
+
+logger = logging.getLogger(__name__)
+
+#: Seconds a stopping fetcher listens for tasks handed over just before it left the idle lists.
+HANDOFF_DRAIN_SECONDS = 0.05
+#: Seconds to wait before claiming again after Redis was unreachable.
+UNAVAILABLE_BACKOFF = 1.0
+#: Longest wait (seconds) between claims while claiming keeps failing for another reason.
+MAX_FAILURE_BACKOFF = 30.0
+#: Seconds a full fetcher waits between looks at its hand-off channels (a task handed over
+#: just as it filled up is given back at once, not left unread with its lease running out).
+FULL_POLL_SECONDS = 0.05
+#: Handlers shorter than this (seconds, on average of late) make a worker hold more tasks:
+#: SHORT_TASKS_BUFFER times its concurrency rather than twice (a task then waits in memory for
+#: a few of these durations at most).
+SHORT_TASK_SECONDS = 0.05
+SHORT_TASKS_BUFFER = 4
+#: Weight of the latest handler's duration in the moving average of durations.
+RUN_SECONDS_WEIGHT = 0.2
+
+
+def backoff_seconds(failures: int) -> float:
+    """How long to wait before claiming again after `failures` failures in a row."""
+    return min(MAX_FAILURE_BACKOFF, UNAVAILABLE_BACKOFF * 2 ** min(failures, 5))
+
+
+def holds(limits: FlowLimits, queue: str, raw_message: str) -> bool:
+    """Is a task handed over one that this worker's limits may hold back? The enqueuer hands
+    none such over, unless its deploy's limits differ."""
+    if not limits:
+        return False
+    try:
+        task = json.loads(raw_message).get("task", "")
+    except (ValueError, AttributeError):
+        return False  # a corrupt task: archived as usual
+    return limits.holds(queue, task)
+
+
+class Fetcher:
+    """The fetcher claims batches of pending tasks (weighted or strict across its queues) when
+    there is room, and puts them on the work queue.
+
+    Idle, it waits on a pub/sub wake-up that the broker publishes when a queue's pending set
+    goes from empty to non-empty, or for a task the broker hands to it at enqueue. It runs on
+    whichever executor thread took the FETCH token (`run()`); handed a task while idle, that
+    thread passes the role on and runs the task itself.
+    """
+
+    def __init__(
+        self,
+        *,
+        jobs: JobTable,
+        broker: Broker,
+        worker_id: str,
+        queues: dict[str, int],
+        concurrency: int,
+        lease_budget: float,
+        strict: bool = False,
+        idle_wait: float = 1.0,
+        burst: bool = False,
+    ) -> None:
+        self.jobs = jobs
+        self.broker = broker
+        self.worker_id = worker_id
+        self.queues = queues
+        self.concurrency = concurrency
+        self.strict = strict
+        self.idle_wait = idle_wait
+        self.burst = burst
+        #: Set when a burst worker found its queues drained.
+        self.drained = threading.Event()
+        #: Set once the fetcher stopped (it no longer takes tasks in).
+        self.stopped = threading.Event()
+        #: The thread fetching now (None while the role passes from one thread to another).
+        self.thread: threading.Thread | None = None
+        #: While the fetcher listens with nothing to do, a task handed to it is kept for the
+        #: fetcher's own thread to run.
+        self.listening_idle = False
+        # How long handlers took of late (seconds, a moving average): sets the capacity.
+        self._recent_run_seconds = 0.0
+        # How long (seconds) a lease is relied on after the request that set it was sent.
+        self._lease_budget = lease_budget
+        self._failures = 0  # claims that failed in a row, for another reason than Redis away
+        # seconds until a rate limit lets a waiting task start, from the last claim (None: no such task)
+        self._limit_wait: float | None = None
+        # the last claim left tasks that only wait for a free thread (limited ones: never prefetched)
+        self._thread_bound = False
+        # the flow-control limits the last claim applied
+        self._claimed_under: FlowLimits = NO_LIMITS
+        self._kept: Job | None = None
+        # queue -> (time.monotonic() before which it is not claimed from, failures in a row)
+        self._broken_queues: dict[str, tuple[float, int]] = {}
+        # The fetcher listens, while idle, for wake-ups and for tasks handed to it at enqueue.
+        self._handoff_queues = {broker.queue(name).handoff_channel(worker_id): name for name in self.queues}
+        self._waker = Subscriber(
+            broker=broker,
+            channels=[broker.queue(name).wake_channel for name in self.queues] + list(self._handoff_queues),
+            on_message=self._on_message,
+            name="wake-up",
+        )
+
+    def subscribe(self) -> None:
+        """Subscribe to the wake-up and hand-off channels before the first claim, so no wake-up is missed."""
+        self._waker.listen(0)
+
+    def start(self) -> None:
+        """Hand the fetching role to an executor thread."""
+        self.jobs.work.put(FETCH)
+
+    def wait_until_stopped(self) -> None:
+        """Wait until the fetcher stopped (once the job table is stopping), or its thread died."""
+        while not self.stopped.wait(0.1):
+            fetching = self.thread
+            if fetching is not None and not fetching.is_alive():
+                break  # it died (dead_threads() tells); there is nothing to wait for
+
+    @property
+    def capacity(self) -> int:
+        """How many claimed tasks not yet finished the worker may hold: those beyond its
+        threads wait in memory, so claims come in batches. Short tasks get a deeper buffer (a
+        claim's round trip then costs more than the work it brings); long ones a shallow one,
+        since a task waiting in one worker's memory is not run by another that is idle."""
+        if self._recent_run_seconds < SHORT_TASK_SECONDS:
+            return SHORT_TASKS_BUFFER * self.concurrency
+        return 2 * self.concurrency
+
+    def note_run(self, seconds: float) -> None:
+        """Count a handler's duration into the moving average that sets the capacity."""
+        # Unlocked: a lost update of a moving average is harmless.
+        self._recent_run_seconds += (seconds - self._recent_run_seconds) * RUN_SECONDS_WEIGHT
+
+    def should_claim(self) -> bool:
+        """Claim when half the capacity is free, or at once when a thread would otherwise idle;
+        after a claim that left tasks waiting only for a free thread, as soon as one frees.
+        The caller holds the job table's lock."""
+        if self._thread_bound:
+            return self.jobs.in_flight < self.concurrency
+        free = self.capacity - self.jobs.in_flight
+        return free >= self.concurrency or (free > 0 and self.jobs.queued == 0)
+
+    def queue_order(self) -> list[str]:
+        """Strict: by weight, highest first. Weighted: a random order, heavier queues likelier first."""
+        if self.strict:
+            return sorted(self.queues, key=lambda name: -self.queues[name])
+        names, weights = list(self.queues), list(self.queues.values())
+        order = []
+        while names:
+            i = random.choices(range(len(names)), weights)[0]
+            order.append(names.pop(i))
+            weights.pop(i)
+        return order
+
+    # The loop
+
+    def run(self) -> Job | None:
+        """Claim and dispatch tasks until stopping (then return None), or until handed a task
+        while idle: then pass the role on to an idle thread and return the task, to run it."""
+        self.thread = threading.current_thread()
+        self._failures = 0
+        stopping = self.jobs.stopping
+        while not stopping.is_set():
+            self._wait_for_room()
+            if stopping.is_set():
+                break
+            try:
+                more = self.run_once()
+            except BrokerUnavailable as exc:
+                logger.debug("cannot claim tasks: %s", exc)  # the healthchecker tells
+                stopping.wait(UNAVAILABLE_BACKOFF)
+                continue
+            except Exception:
+                self._failures += 1
+                backoff = backoff_seconds(self._failures)
+                logger.exception("claiming tasks failed; trying again in %.0fs", backoff)
+                stopping.wait(backoff)
+                continue
+            if more:
+                continue  # the queues may hold more (for a free thread, if thread bound)
+            if self.drained.is_set():
+                break
+            kept = self._wait_for_work()
+            if kept is not None:
+                self.thread = None
+                self.jobs.work.put(FETCH)  # a thread is idle: it was handed this task for one
+                return kept
+        self._leave_idle()
+        self.stopped.set()
+        return None
+
+    def run_once(self) -> bool:
+        """Claim once, as much as there is room for, and dispatch what came; return whether the
+        queues may hold more to claim at once. A burst fetcher finding them drained sets `drained`."""
+        with self.jobs.cond:
+            free = self.capacity - self.jobs.in_flight
+            start_now = max(0, self.concurrency - self.jobs.in_flight)
+        while self._waker.listen(0) is not None:
+            pass  # wake-ups that came while we were busy: we are about to claim anyway
+        if self.jobs.lost:
+            self._give_back_lost()
+        claimed_at = time.monotonic()
+        claimed = self._claim(free, start_now)
+        self._failures = 0
+        if claimed:
+            self._dispatch(claimed, claimed_at, self._claimed_under)
+        if len(claimed) == free or (claimed and self.burst) or self._thread_bound:
+            return True
+        if self.burst and not claimed and self._is_drained():
+            self.drained.set()
+        return False
+
+    def _wait_for_room(self) -> None:
+        """Wait until there is room to claim, reading the hand-off channels meanwhile."""
+        cond = self.jobs.cond
+        while not self.jobs.stopping.is_set():
+            with cond:
+                if self.should_claim():
+                    return
+                cond.wait(FULL_POLL_SECONDS)
+                if self.should_claim():
+                    return
+            while self._waker.listen(0) is not None:
+                pass
+
+    def _wait_for_work(self) -> Job | None:
+        """Wait until a queue gets work (the broker publishes when a queue's pending set goes
+        from empty to non-empty), at most `idle_wait` seconds, or until stopped. Return the
+        task handed to this worker meanwhile if it is for this thread to run."""
+        wait = self.idle_wait if self._limit_wait is None else min(self.idle_wait, self._limit_wait)
+        deadline = time.monotonic() + wait
+        self.listening_idle = True
+        try:
+            while not self.jobs.stopping.is_set():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._waker.listen(min(remaining, POLL_SECONDS)) is not None:
+                    break
+        finally:
+            self.listening_idle = False
+        kept, self._kept = self._kept, None
+        return kept
+
+    def _leave_idle(self) -> None:
+        """Stop being handed tasks; take in those handed over meanwhile (stop() gives them back)."""
+        try:
+            self.broker.leave_idle(self.queues, worker_id=self.worker_id)
+            while self._waker.listen(HANDOFF_DRAIN_SECONDS) is not None:
+                pass
+        except BrokerUnavailable as exc:
+            logger.warning("could not leave the idle lists (%s); their entries expire by themselves", exc)
+        self._waker.close()
+
+    # Hand-offs
+
+    def _on_message(self, channel: str, data: str) -> None:
+        queue = self._handoff_queues.get(channel)
+        if queue is None:
+            return
+        # A task handed to this worker, already under its lease: "<id>\n<run>\n<message JSON>".
+        task_id, _, rest = data.partition("\n")
+        run, _, raw_message = rest.partition("\n")
+        claimed = ClaimedTask(id=task_id, queue=queue, raw_message=raw_message or None, run=run)
+        limits = self.broker.limits()
+        if holds(limits, queue, raw_message):
+            self._hand_back(queue, [task_id], "a limit may hold it back: it goes through a claim")
+            return
+        jobs = self.jobs
+        with jobs.cond:
+            has_room = jobs.in_flight < self.concurrency and not jobs.stopping.is_set()
+            # With no task waiting for a thread, a thread idles, to which the fetching passes.
+            keep = has_room and self.listening_idle and self._kept is None and jobs.queued == 0
+        if has_room:
+            # Its lease was set at enqueue, a moment before the message arrived: count from earlier.
+            claimed_at = time.monotonic() - self._lease_budget / 4
+            if keep:
+                taken = self._take_in([claimed], claimed_at, limits)
+                self._kept = taken[0] if taken else None
+            else:
+                self._dispatch([claimed], claimed_at, limits)
+            return
+        self._hand_back(queue, [task_id], "it came as this worker filled up: another worker will run it")
+
+    def _hand_back(self, queue: str, task_ids: list[str], why: str) -> None:
+        """Give back tasks that never started (their leases expire if Redis does not answer)."""
+        give_back(self.broker, self.worker_id, {queue: task_ids}, why, quiet=True)
+
+    def _give_back_lost(self) -> None:
+        """Give back the tasks of lost leases (raises BrokerUnavailable, keeping them, while
+        Redis is away). A task another worker has taken since is not this worker's: skipped."""
+        lost = self.jobs.take_lost()
+        by_queue = ids_by_queue(lost)
+        try:
+            give_back(self.broker, self.worker_id, by_queue, "whose lease was lost", keep_on_error=True)
+        finally:
+            self.jobs.keep_lost([job for job in lost if job.claimed.queue in by_queue])
+
+    # Claiming
+
+    def _claim(self, limit: int, start_now: int) -> list[ClaimedTask]:
+        """Claim up to `limit` tasks across the queues; the first `start_now` start at once.
+
+        A short claim registers the worker as idle in that queue; if a later queue then fills
+        the batch, the worker leaves those idle lists again, so that nothing is handed to it
+        while it has no room.
+        """
+        claimed: list[ClaimedTask] = []
+        self._limit_wait = None
+        self._thread_bound = False
+        # Long enough to outlast the idle wait before the next claim renews it; only a worker
+        # with a free thread is handed tasks, which start at once.
+        idle_for_ms = int((2 * self.idle_wait + 1) * 1000) if self.broker.hands_off and start_now else 0
+        registered = []
+        for queue in self.queue_order() if len(self.queues) > 1 else self.queues:
+            if self._broken_queues.get(queue, (0.0, 0))[0] > time.monotonic():
+                continue
+            wanted = limit - len(claimed)
+            try:
+                got = self.broker.claim(
+                    queue,
+                    worker_id=self.worker_id,
+                    limit=wanted,
+                    start_now=max(0, start_now - len(claimed)),
+                    idle_for_ms=idle_for_ms,
+                )
+            except BrokerUnavailable:
+                raise
+            except Exception:
+                self._queue_failed(queue)
+                continue
+            self._broken_queues.pop(queue, None)
+            self._claimed_under = got.limits
+            self._thread_bound = self._thread_bound or got.thread_bound
+            if got.wait is not None:
+                self._limit_wait = got.wait if self._limit_wait is None else min(self._limit_wait, got.wait)
+            if idle_for_ms and len(got) < wanted:
+                registered.append(queue)
+            claimed += got
+            if len(claimed) >= limit:
+                break
+        if registered and len(claimed) >= limit:
+            self.broker.leave_idle(registered, worker_id=self.worker_id)
+        return claimed
+
+    def _queue_failed(self, queue: str) -> None:
+        """A claim from one queue failed for another reason than Redis being away (its keys
+        hold data of the wrong type, say): leave that queue alone for a while, backing off,
+        and go on serving the others."""
+        failures = self._broken_queues.get(queue, (0.0, 0))[1] + 1
+        backoff = backoff_seconds(failures)
+        self._broken_queues[queue] = (time.monotonic() + backoff, failures)
+        logger.exception("claiming from queue %r failed; trying it again in %.0fs", queue, backoff)
+
+    def _dispatch(self, batch: list[ClaimedTask], claimed_at: float, limits: FlowLimits) -> None:
+        """Take in claimed tasks whose leases were set by a request sent at `claimed_at`
+        (monotonic), for the threads to run."""
+        for job in self._take_in(batch, claimed_at, limits):
+            self.jobs.work.put(job)
+
+    def _take_in(self, batch: list[ClaimedTask], claimed_at: float, limits: FlowLimits) -> list[Job]:
+        """Own claimed tasks as jobs (those that cannot run go to be archived); return the jobs.
+
+        `limits` are those the claim applied: a task of a type with limits they did not know (its
+        module was first imported just now, to run it) is given back, for a claim to apply them."""
+        jobs, failures, unlimited = [], [], []
+        for claimed in batch:
+            try:
+                job = self._job(claimed)
+                job.claimed_at = claimed_at
+                if job.task_type.name not in limits.types and job.task_type.limit is not None:
+                    unlimited.append(job)
+                    continue
+                jobs.append(job)
+            except Exception as exc:
+                message = exc.message if isinstance(exc, Unrunnable) else None
+                failures.append(
+                    Outcome(
+                        job=None,
+                        claimed=claimed,
+                        failure=Failure(claimed=claimed, message=message, error=exc.__cause__ or exc),
+                    )
+                )
+        self.jobs.take_in(jobs, [outcome.claimed for outcome in failures])
+        for outcome in failures:
+            logger.error(
+                "archiving task %r of queue %r: %s",
+                outcome.claimed.id,
+                outcome.claimed.queue,
+                outcome.failure.error,
+            )
+            self.jobs.outcomes.put(outcome)
+        for queue, task_ids in ids_by_queue(unlimited).items():
+            logger.info(
+                "giving back %d task(s) of queue %r claimed before their type's limits were known",
+                len(task_ids),
+                queue,
+            )
+            self._hand_back(queue, task_ids, "claimed before their type's limits were known")
+        return jobs
+
+    def _job(self, claimed: ClaimedTask) -> Job:
+        """Make a job of a claimed task, or raise Unrunnable saying why it cannot run."""
+        if claimed.raw_message is None:
+            raise Unrunnable(None) from NonRetryableError("the task's message is missing")
+        try:
+            message = TaskMessage.from_json(claimed.raw_message, id=claimed.id, queue=claimed.queue)
+        except ValueError as exc:
+            raise Unrunnable(None) from NonRetryableError(f"the task's payload is corrupt: {exc}")
+        task_type = find_task_type(message.task)
+        if task_type is None:
+            raise Unrunnable(message) from NonRetryableError(f"unknown task type {message.task!r}")
+        if message.deadline is not None and message.deadline <= time.time():
+            raise Unrunnable(message) from DeadlineExceeded("the task's deadline passed before it started")
+        return Job(claimed=claimed, message=message, task_type=task_type)
+
+    def _is_drained(self) -> bool:
+        with self.jobs.cond:
+            if self.jobs.owned:
+                return False
+        for queue in self.queues:
+            self.broker.forward(queue)
+        return self.broker.is_drained(self.queues)
