@@ -200,7 +200,7 @@ class Fetcher:
                 self.thread = None
                 self.jobs.work.put(FETCH)  # a thread is idle: it was handed this task for one
                 return kept
-        self._leave_idle()
+        self.leave_idle()
         self.stopped.set()
         return None
 
@@ -255,7 +255,7 @@ class Fetcher:
         kept, self._kept = self._kept, None
         return kept
 
-    def _leave_idle(self) -> None:
+    def leave_idle(self) -> None:
         """Stop being handed tasks; take in those handed over meanwhile (stop() gives them back)."""
         try:
             self.broker.leave_idle(self.queues, worker_id=self.worker_id)
