@@ -5,13 +5,12 @@ lets go of tasks whose lease it could not renew."""
 from __future__ import annotations
 
 import time
-import types
 
 import pytest
 
 from django_rtq.broker import TaskState
+from django_rtq.context import set_current_task
 from django_rtq.worker.processor import Processor
-from django_rtq.worker.processor import watchdog as watchdog_module
 from django_rtq.worker.processor.jobs import JobState
 from django_rtq.worker.syncer import Syncer
 from tests.support.factories import WORKER
@@ -30,6 +29,7 @@ def processor(broker):
     )
     yield made
     made.fetcher.leave_idle()  # and stop listening
+    set_current_task(None)  # an executor thread's own, set here by the runs on the test's thread
 
 
 def taken(processor: Processor) -> list:
@@ -57,7 +57,7 @@ def test_a_claim_round_fills_the_job_table_and_the_executor_and_settler_finish_i
     assert processor.jobs.owned_by_queue() == {}
 
 
-def test_the_watchdog_lets_go_of_tasks_whose_lease_it_could_not_renew(processor, inspector, monkeypatch):
+def test_the_watchdog_lets_go_of_tasks_whose_lease_it_could_not_renew(processor, inspector):
     ids = [tasks.noop.enqueue().id for _ in range(2)]
     processor.fetcher.run_once()
     assert processor.jobs.queued == 2
@@ -66,7 +66,7 @@ def test_the_watchdog_lets_go_of_tasks_whose_lease_it_could_not_renew(processor,
     assert processor.jobs.lost == []
 
     later = time.monotonic() + processor.watchdog.lease_budget + 1
-    monkeypatch.setattr(watchdog_module, "time", types.SimpleNamespace(monotonic=lambda: later))
+    processor.watchdog.monotonic = lambda: later  # no renewal came for longer than a lease's budget
     processor.watchdog.run_once()
 
     assert sorted(job.id for job in processor.jobs.lost) == sorted(ids)

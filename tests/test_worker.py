@@ -11,6 +11,7 @@ import pytest
 from django_rtq.broker import TaskMessage, TaskState, manual
 from django_rtq.exceptions import BrokerUnavailable, DuplicateTask
 from django_rtq.worker.processor import Processor
+from django_rtq.worker.processor.fetcher import SHORT_TASKS_BUFFER
 from django_rtq.worker.server import Worker
 from tests.support.polling import wait_for
 from tests.support.runs import reports, task_state, wait_state
@@ -423,7 +424,6 @@ def test_a_handler_can_read_its_own_task(run_worker, inspector):
 
 
 def test_a_worker_holds_more_tasks_while_they_are_short_and_fewer_once_they_are_long(broker, redis_client):
-    from django_rtq.worker.processor import SHORT_TASKS_BUFFER
 
     worker = Worker(broker=broker, queues={"default": 1}, concurrency=2)
     worker.start()

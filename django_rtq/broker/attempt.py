@@ -184,6 +184,11 @@ class AttemptInfo:
             "workers": [*stored.get("workers", ()), worker_id],  # one per attempt
         }
 
+    def succeeded(self, worker_id: str, started_at: float | None, finished_at: float) -> dict[str, Any]:
+        """The info to store for an attempt that succeeded (complete.lua writes it itself for a
+        first attempt, from its times)."""
+        return {**self.attempted(worker_id, started_at), "finished_at": finished_at}
+
     def failed(
         self,
         error: BaseException,

@@ -22,7 +22,7 @@ from typing import Any
 import redis
 import redis.cluster
 
-from ..defaults import DEFAULT_LEASE_SECONDS, DEFAULT_STATS_TTL_SECONDS
+from ..defaults import DEFAULT_KEY_PREFIX, DEFAULT_LEASE_SECONDS, DEFAULT_STATS_TTL_SECONDS
 from ..exceptions import DuplicateTask, TaskIdConflict
 from .attempt import parse_info
 from .claims import Claimed, ClaimedTask, Completion
@@ -30,7 +30,7 @@ from .errors import passes_by_itself, translate_errors
 from .keys import Keyspace, QueueKeys
 from .limits import LimitsSource, no_limits
 from .message import TaskMessage
-from .scripts import LuaScript, load_scripts
+from .scripts import load_scripts
 from .states import TaskState
 
 logger = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class Broker:
         self,
         client: Any,
         *,
-        prefix: str = "rtq",
+        prefix: str = DEFAULT_KEY_PREFIX,
         clock: Callable[[], float] | None = None,
         counter_ttl: float = DEFAULT_STATS_TTL_SECONDS,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
@@ -786,4 +786,4 @@ def _enqueue_refused(code: int, message: TaskMessage) -> Exception:
     )
 
 
-__all__ = ["Broker", "ClaimedTask", "Completion", "LuaScript", "utc_day"]
+__all__ = ["Broker", "utc_day"]

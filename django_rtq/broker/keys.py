@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cache
 
+from ..defaults import DEFAULT_KEY_PREFIX
+
 #: The keys the enqueue script takes first (KEYS[1..11] of enqueue.lua), as QueueKeys names them.
 ENQUEUE_KEYS = (
     "msg", "state", "priority", "pending", "scheduled", "seq", "active", "owner", "idle", "paused", "runs",
@@ -211,7 +213,7 @@ class QueueKeys:
 class Keyspace:
     """The key names under one prefix."""
 
-    def __init__(self, prefix: str = "rtq") -> None:
+    def __init__(self, prefix: str = DEFAULT_KEY_PREFIX) -> None:
         self.prefix = prefix
         self.queues = f"{prefix}:queues"  # SET of queue names ever enqueued to
         self.workers = f"{prefix}:workers"  # ZSET worker id -> heartbeat expiry (ms)

@@ -59,6 +59,7 @@ def run_message(message: TaskMessage) -> Any:
         worker_id=TEST_WORKER_ID,
         enqueued_at=stored.enqueued_at,
         started_at=time.time(),
+        deadline=stored.deadline,
     )
     outer = current_task()
     set_current_task(context)

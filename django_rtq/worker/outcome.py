@@ -10,14 +10,11 @@ from django.dispatch import Signal
 
 from .. import signals
 from ..broker import Broker, ClaimedTask, TaskMessage, TaskState
-from ..broker.attempt import AttemptInfo, format_traceback, will_retry
+from ..broker.attempt import AttemptInfo, will_retry
 from ..registry import get_task_type
 from ..retry import exponential_backoff
 
 logger = logging.getLogger(__name__)
-
-#: format_traceback is the processor's too (broker/attempt.py).
-__all__ = ["Failure", "attempt_info", "format_traceback", "send_robust", "settle_failure"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -29,11 +26,6 @@ class Failure:
     error: BaseException
     traceback: str = ""
     started_at: float | None = None
-
-
-def attempt_info(info: dict[str, Any], worker_id: str, started_at: float | None) -> dict[str, Any]:
-    """A task's info with the attempt that just ended added: who ran it and when it started."""
-    return AttemptInfo.from_mapping(info).attempted(worker_id, started_at)
 
 
 def send_robust(signal: Signal, sender: Any, **kwargs: Any) -> None:

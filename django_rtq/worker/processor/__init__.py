@@ -13,13 +13,10 @@ from typing import Any
 from ...broker import Broker
 from ..syncer import Syncer
 from .executor import Executor
-from .fetcher import SHORT_TASKS_BUFFER, Fetcher
+from .fetcher import Fetcher
 from .jobs import JobTable, give_back, ids_by_queue
 from .settler import Settler
 from .watchdog import LEASE_SAFETY, Watchdog
-
-# SHORT_TASKS_BUFFER: the tests read the deeper buffer of short tasks here.
-__all__ = ["SHORT_TASKS_BUFFER", "Processor"]
 
 logger = logging.getLogger(__name__)
 

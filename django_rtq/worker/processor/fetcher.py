@@ -179,6 +179,8 @@ class Fetcher:
             self._wait_for_room()
             if stopping.is_set():
                 break
+            while self._waker.listen(0) is not None:
+                pass  # wake-ups that came while we were busy: we are about to claim anyway
             try:
                 more = self.run_once()
             except BrokerUnavailable as exc:
@@ -210,8 +212,6 @@ class Fetcher:
         with self.jobs.cond:
             free = self.capacity - self.jobs.in_flight
             start_now = max(0, self.concurrency - self.jobs.in_flight)
-        while self._waker.listen(0) is not None:
-            pass  # wake-ups that came while we were busy: we are about to claim anyway
         if self.jobs.lost:
             self._give_back_lost()
         claimed_at = time.monotonic()

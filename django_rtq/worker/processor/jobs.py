@@ -258,6 +258,10 @@ class JobTable:
             self.owned.pop(job.id, None)
         return jobs
 
+    def lose_locked(self, jobs: list[Job]) -> None:
+        """Abandon jobs waiting for a thread whose lease may run out, to give back once Redis answers."""
+        self.lost += self.abandon_locked(jobs)
+
     def abandon_queued(self) -> list[Job]:
         """Forget the jobs that have not started (at shutdown); return them, to give back."""
         with self.cond:

@@ -14,10 +14,11 @@ from typing import Any
 from django.db import connections
 
 from ...broker import Broker, Completion
+from ...broker.attempt import AttemptInfo
 from ...broker.message import child_notice
 from ...broker.timings import Timings
 from ...exceptions import BrokerUnavailable
-from ..outcome import attempt_info, settle_failure
+from ..outcome import settle_failure
 from ..syncer import Syncer, SyncRequest
 from .jobs import JobTable, Outcome
 
@@ -147,8 +148,8 @@ class Settler:
         if not message.retention and not self.broker.mirror:
             pass  # nothing of the attempt is kept
         elif job.claimed.info:
-            info = attempt_info(job.claimed.info, self.worker_id, job.started_at)
-            info["finished_at"] = outcome.finished_at
+            facts = AttemptInfo.from_mapping(job.claimed.info)
+            info = facts.succeeded(self.worker_id, job.started_at, outcome.finished_at)
         else:  # a first attempt, the common case: the script writes its info (cheaper)
             times = (job.started_at, outcome.finished_at)
         return Completion(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from ...exceptions import DeadlineExceeded, LeaseLost, TaskCancelled, TaskTimeout, WorkerShutdown
 from .executor import Executor
@@ -38,13 +39,22 @@ class Watchdog:
     handler stuck in C code cannot hold a slot. Cancellation and shutdown take the same path.
     """
 
-    def __init__(self, *, jobs: JobTable, executor: Executor, lease_budget: float) -> None:
+    def __init__(
+        self,
+        *,
+        jobs: JobTable,
+        executor: Executor,
+        lease_budget: float,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.jobs = jobs
+        # The clock its passes read (tests pass one they move on); time.monotonic's readings.
+        self.monotonic = monotonic
         self.executor = executor
         # How long (seconds) a lease is relied on after the request that set it was sent, and
         # when (monotonic) the heartbeater's last successful renewal was sent.
         self.lease_budget = lease_budget
-        self._renewed_at = time.monotonic()
+        self._renewed_at = monotonic()
         self.thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -64,7 +74,7 @@ class Watchdog:
 
     def run_once(self) -> None:
         """Stop the tasks whose lease may run out, and those past their timeout or deadline."""
-        now = time.monotonic()
+        now = self.monotonic()
         if now - self._renewed_at > self.lease_budget:
             self._lose_leases(now)
         with self.jobs.cond:
@@ -99,7 +109,7 @@ class Watchdog:
             if not expiring:
                 return
             running = [job for job in expiring if job.state is JobState.RUNNING]
-            jobs.lost += jobs.abandon_locked([job for job in expiring if job.state is JobState.QUEUED])
+            jobs.lose_locked([job for job in expiring if job.state is JobState.QUEUED])
         for job in running:
             self.interrupt(job, LeaseLost("the worker could not renew its lease"), settle=False)
         logger.error(
