@@ -26,7 +26,7 @@ from .broker import Broker, TaskMessage, bulk, manual
 from .broker.bulk import PURGE_STATES, BulkJob
 from .broker.inspect import NAME_SEARCH_SCAN, Inspector, LimitUse, QueueStats, TaskInfo
 from .broker.limits import QUEUE_SCOPE
-from .broker.states import ACTION_STATES, Action, ActionNotAllowed, TaskState
+from .broker.states import Action, TaskState, allows, skip_reason
 from .broker.timings import Histogram
 from .conf import get_settings
 from .connection import get_broker
@@ -78,11 +78,6 @@ class ActionReport:
         """Tasks that were eligible when looked up but not acted on: they moved meanwhile (or, for
         cancel, no worker was listening)."""
         return len(self.acted) - self.count
-
-
-def skip_reason(action: Action, state: TaskState) -> str:
-    """Why a task in `state` is left alone by `action`."""
-    return ActionNotAllowed(action, state).skip_reason
 
 
 WORKFLOW_RUN_REASON = "it is a workflow, and a finished workflow cannot be run again: enqueue it anew"
@@ -340,7 +335,7 @@ class Operations:
         ids = list(dict.fromkeys(task_ids))
         refs = self.locate(ids, queue)
         located = {ref.id for ref in refs}
-        acted = [ref for ref in refs if ref.state in ACTION_STATES[action]]
+        acted = [ref for ref in refs if allows(action, ref.state)]
         skipped = [(ref, skip_reason(action, ref.state)) for ref in refs if ref not in acted]
         if action == Action.RUN:
             workflows = set().union(

@@ -13,10 +13,10 @@ from django.utils import timezone
 from django_rtq import permissions as perms
 from django_rtq.broker import TaskState
 from django_rtq.broker.inspect import TaskInfo
-from django_rtq.broker.states import ACTION_STATES, Action
+from django_rtq.broker.states import ACTION_STATES, Action, skip_reason
 from django_rtq.exceptions import BulkJobNotFound, InvalidStateTransition, QueueNotFound, TaskNotFound
 from django_rtq.models import FinishedTask
-from django_rtq.operations import WORKFLOW_RUN_REASON, Operations, skip_reason
+from django_rtq.operations import WORKFLOW_RUN_REASON, Operations
 from tests.support.factories import BILLING, EMAILS, WORKER, claim_ids, done, enqueue, make_tasks
 from tests.support.users import user_with
 from tests.testapp import api_tasks

@@ -66,11 +66,21 @@ class ActionNotAllowed(InvalidStateTransition):
 
     @property
     def skip_reason(self) -> str:
-        """Why a task in that state is left alone: "it is completed; archive applies to ... tasks"."""
-        return f"it is {self.state}; {self.action} applies to {', '.join(self.allowed)} tasks"
+        """Why a task in that state is left alone (see skip_reason)."""
+        return skip_reason(self.action, self.state)
+
+
+def skip_reason(action: Action, state: TaskState) -> str:
+    """Why `action` leaves a task in `state` alone: "it is completed; archive applies to ... tasks"."""
+    return f"it is {state}; {action} applies to {', '.join(ACTION_STATES[action])} tasks"
+
+
+def allows(action: Action, state: TaskState) -> bool:
+    """Whether `action` applies to a task in `state` (ACTION_STATES)."""
+    return state in ACTION_STATES[action]
 
 
 def check_action(action: Action, state: TaskState) -> None:
-    """Raise ActionNotAllowed unless `action` applies to a task in `state` (ACTION_STATES)."""
-    if state not in ACTION_STATES[action]:
+    """Raise ActionNotAllowed unless `action` applies to a task in `state`."""
+    if not allows(action, state):
         raise ActionNotAllowed(action, state)
