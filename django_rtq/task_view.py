@@ -76,10 +76,10 @@ class TaskView:
 
 def task_view(task: TaskInfo | FinishedTask, held_back: str | None = None) -> TaskView:
     """What `Operations.find_task` found, as a view."""
-    return live_view(task, held_back) if isinstance(task, TaskInfo) else finished_view(task)
+    return view_of_live_task(task, held_back) if isinstance(task, TaskInfo) else view_of_finished_task(task)
 
 
-def live_view(task: TaskInfo, held_back: str | None = None) -> TaskView:
+def view_of_live_task(task: TaskInfo, held_back: str | None = None) -> TaskView:
     """A task in Redis; `held_back` is why it is held back, if it is (`Operations.held_reason`)."""
     message, attempt = task.message, task.attempt
     workers = list(attempt.workers)
@@ -122,7 +122,7 @@ def live_view(task: TaskInfo, held_back: str | None = None) -> TaskView:
     )
 
 
-def finished_view(row: FinishedTask) -> TaskView:
+def view_of_finished_task(row: FinishedTask) -> TaskView:
     """A finished task: a mirror row, saved or not (still in the mirror's buffer)."""
     return TaskView(
         id=row.task_id,

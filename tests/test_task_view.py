@@ -7,7 +7,7 @@ import pytest
 
 from django_rtq.broker import TaskState
 from django_rtq.models import FinishedTask
-from django_rtq.task_view import finished_view, live_view
+from django_rtq.task_view import view_of_finished_task, view_of_live_task
 from tests.support.polling import wait_for
 from tests.testapp import tasks
 
@@ -19,8 +19,8 @@ def test_a_finished_task_reads_the_same_live_and_from_its_mirror_row(mirroring, 
     with run_worker():
         wait_for(lambda: inspector.get_task(message.id).state == TaskState.COMPLETED, message="completed")
         wait_for(lambda: FinishedTask.objects.filter(pk=message.id).exists(), message="mirrored")
-    live = live_view(inspector.get_task(message.id))
-    finished = finished_view(FinishedTask.objects.get(pk=message.id))
+    live = view_of_live_task(inspector.get_task(message.id))
+    finished = view_of_finished_task(FinishedTask.objects.get(pk=message.id))
 
     assert (live.live, finished.live) == (True, False)
     same = ("id", "queue", "state", "task", "args", "kwargs", "priority", "retried", "errors", "result")

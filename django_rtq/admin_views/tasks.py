@@ -22,8 +22,7 @@ from ..exceptions import TaskNotFound
 from ..formats import django_datetime, format_duration
 from ..operations import Operations
 from ..permissions import VIEW_HISTORY
-from ..task_view import TaskView
-from ..task_view import live_view as live_task_view
+from ..task_view import TaskView, view_of_live_task
 from .actions import offers
 from .common import STATE_TIME_LABELS, STATES, admin_url, live_view, page_context, task_url
 
@@ -195,7 +194,7 @@ def task_list(request: HttpRequest, model_admin: ModelAdmin, ops: Operations, st
             else (number, None)
             for number in page.paginator.get_elided_page_range(page.number, on_each_side=2, on_ends=1)
         ],
-        rows=[task_row(model_admin, live_task_view(task)) for task in page.object_list],
+        rows=[task_row(model_admin, view_of_live_task(task)) for task in page.object_list],
         page_sizes=[
             (
                 size,
@@ -278,7 +277,7 @@ def task_detail(request: HttpRequest, model_admin: ModelAdmin, ops: Operations, 
             found = ops.live_task(task_id)
         except TaskNotFound:
             return not_found(request, model_admin, ops, task_id)
-    task = live_task_view(found, ops.held_reason(found) if found.held else None)
+    task = view_of_live_task(found, ops.held_reason(found) if found.held else None)
     message = task.message
     context = page_context(
         request,

@@ -31,7 +31,7 @@ from ..operations import ActionReport
 from ..outbox import OutboxStats
 from ..permissions import API_PERMISSIONS, CHANGE_LIVE, ENQUEUE, VIEW_HISTORY, VIEW_LIVE
 from ..registry import TaskType
-from ..task_view import live_view, task_view
+from ..task_view import task_view, view_of_live_task
 from . import serializers as s
 from .arguments import argument_errors
 from .base import APIBase
@@ -163,7 +163,7 @@ class TaskActionView(APIBase):
     def task_now(self, report: ActionReport) -> Response:
         [ref] = report.acted
         task = self.ops.live_task(ref.id, ref.queue)
-        return Response(s.TaskSerializer(live_view(task, self.ops.held_reason(task))).data)
+        return Response(s.TaskSerializer(view_of_live_task(task, self.ops.held_reason(task))).data)
 
 
 ACTION_DOC = {
@@ -322,7 +322,7 @@ class QueueTasksView(APIBase):
         )
         held_back = self.ops.held_reasons(tasks)
         results = s.TaskSerializer(
-            [live_view(task, held_back.get(task.id)) for task in tasks], many=True
+            [view_of_live_task(task, held_back.get(task.id)) for task in tasks], many=True
         ).data
         return Response(page_data(request, count=count, offset=offset, limit=limit, results=results))
 

@@ -10,7 +10,7 @@ from django.core.management.base import CommandParser
 from django_rtq.broker.message import OPTION_FIELDS
 from django_rtq.management.base import STATE_TIME_KEYS, STATE_TIME_LABELS, OperationsCommand, task_as_dict
 from django_rtq.management.table import format_relative, format_time, render_fields
-from django_rtq.task_view import TaskView, live_view
+from django_rtq.task_view import TaskView, view_of_live_task
 
 #: Message options and info entries holding epoch seconds, and those holding lengths of time.
 TIME_FIELDS = ("deadline", "enqueued_at", "process_at")
@@ -31,7 +31,7 @@ class Command(OperationsCommand):
 
     def run(self, *, task_id: str, queue: str | None, **options: Any) -> None:
         [found] = self.find_tasks([task_id], queue)
-        task = live_view(found, self.ops.held_reason(found))
+        task = view_of_live_task(found, self.ops.held_reason(found))
         if self.as_json:
             self.write_json({**task_as_dict(task), "held_back": task.held_back})
             return

@@ -11,7 +11,7 @@ from django_rtq.broker.states import TaskState
 from django_rtq.formats import plural
 from django_rtq.management.base import STATE_TIME_KEYS, STATE_TIME_LABELS, OperationsCommand, task_as_dict
 from django_rtq.management.table import format_relative, render_table, shorten
-from django_rtq.task_view import TaskView, live_view
+from django_rtq.task_view import TaskView, view_of_live_task
 
 MAX_PAGE_SIZE = 1000
 
@@ -38,7 +38,7 @@ class Command(OperationsCommand):
             raise CommandError(f"--page-size must be between 1 and {MAX_PAGE_SIZE}.")
         total = self.ops.count(queue, task_state)
         tasks = [
-            live_view(task)
+            view_of_live_task(task)
             for task in self.ops.list_tasks(queue, task_state, offset=(page - 1) * page_size, limit=page_size)
         ]
         pages = math.ceil(total / page_size)
