@@ -18,6 +18,7 @@ from django_rtq.models import FinishedTask
 from django_rtq.operations import Operations
 from tests.support.factories import make_tasks
 from tests.support.polling import wait_for
+from tests.support.runs import task_state
 from tests.testapp import api_tasks, tasks
 from tests.testapp.tasks import report_key
 
@@ -42,10 +43,6 @@ def api(prefix, admin) -> APIClient:
 
 def enqueue(api: APIClient, name: str = GREET, **body):
     return api.post(f"{API}task-types/{name}/enqueue/", body, format="json")
-
-
-def state_of(inspector, task_id: str) -> TaskState:
-    return inspector.get_task(task_id).state
 
 
 # Access
@@ -107,7 +104,7 @@ def test_the_permission_classes_are_the_whole_policy_and_actions_keep_the_users_
     response = start_bulk(client, action="run", state="scheduled")
     assert response.status_code == 202, response.content
     assert response.json()["started_by"] == "someone"
-    assert state_of(inspector, task_id) == TaskState.PENDING
+    assert task_state(inspector, task_id) == TaskState.PENDING
 
 
 def test_a_malformed_permission_setting_is_reported(prefix, settings, api):
@@ -353,7 +350,7 @@ def test_run_now_moves_a_scheduled_task_to_pending(api, inspector):
     response = api.post(f"{API}tasks/{task_id}/run/")
     assert response.status_code == 200
     assert response.json()["state"] == "pending"
-    assert state_of(inspector, task_id) == TaskState.PENDING
+    assert task_state(inspector, task_id) == TaskState.PENDING
 
     response = api.post(f"{API}tasks/{task_id}/run/")
     assert response.status_code == 409
@@ -363,7 +360,7 @@ def test_run_now_moves_a_scheduled_task_to_pending(api, inspector):
 def test_archive_then_run_an_archived_task(api, inspector):
     task_id = enqueue(api, args=["ada"]).json()["id"]
     assert api.post(f"{API}tasks/{task_id}/archive/").json()["state"] == "archived"
-    assert state_of(inspector, task_id) == TaskState.ARCHIVED
+    assert task_state(inspector, task_id) == TaskState.ARCHIVED
     assert api.post(f"{API}tasks/{task_id}/archive/").status_code == 409
     assert api.post(f"{API}tasks/{task_id}/run/").json()["state"] == "pending"
 
@@ -391,8 +388,8 @@ def test_actions_on_an_active_task(api, inspector, run_worker, redis_client):
         response = api.post(f"{API}tasks/{message.id}/cancel/")
         assert response.status_code == 202
         assert response.json()["listeners"] >= 1
-        wait_for(lambda: state_of(inspector, message.id) == TaskState.ARCHIVED)
-    assert state_of(inspector, pending_id) == TaskState.PENDING
+        wait_for(lambda: task_state(inspector, message.id) == TaskState.ARCHIVED)
+    assert task_state(inspector, pending_id) == TaskState.PENDING
 
 
 def test_cancel_without_a_listening_worker_is_a_conflict(api, inspector, broker, redis_client):
@@ -415,7 +412,7 @@ def test_a_waiting_workflow_shows_its_progress_and_can_be_cancelled_or_deleted(a
     data = api.get(f"{API}tasks/{first}/").json()
     assert data["state"] == "waiting" and data["progress"] == {"done": 0, "total": 2}
     assert api.post(f"{API}tasks/{first}/cancel/").status_code == 202
-    assert state_of(inspector, first) == TaskState.ARCHIVED
+    assert task_state(inspector, first) == TaskState.ARCHIVED
 
     second = group(mark.s("api-wf", 3)).enqueue()
     assert api.post(f"{API}tasks/{second}/delete/").status_code == 204
@@ -433,7 +430,7 @@ def test_running_a_finished_workflow_again_is_a_conflict(api, inspector):
 
     assert response.status_code == 409
     assert "a finished workflow cannot be run again" in response.json()["detail"]
-    assert state_of(inspector, workflow_id) == TaskState.ARCHIVED
+    assert task_state(inspector, workflow_id) == TaskState.ARCHIVED
 
 
 # Queues
@@ -541,7 +538,7 @@ def test_a_bulk_action_answers_202_with_the_job_and_where_to_follow_it(api, brok
     assert job["finished"] is True and job["current_state"] is None
     assert job["started_by"] == "admin"
     assert job["started_at"] is not None and job["finished_at"] is not None
-    assert [state_of(inspector, task_id) for task_id in ids] == [TaskState.PENDING] * 3
+    assert [task_state(inspector, task_id) for task_id in ids] == [TaskState.PENDING] * 3
     assert api.get(job["url"]).json() == job
 
 
@@ -561,7 +558,7 @@ def test_a_bulk_job_left_unfinished_by_its_request_is_carried_on(api, broker, in
     job = api.get(started["url"]).json()
     assert (job["done"], job["percent"], job["finished"]) == (5, 100, True)
     assert job["finished_at"] is not None
-    assert [state_of(inspector, task_id) for task_id in ids] == [TaskState.ARCHIVED] * 5
+    assert [task_state(inspector, task_id) for task_id in ids] == [TaskState.ARCHIVED] * 5
 
 
 @pytest.mark.parametrize(
@@ -612,8 +609,8 @@ def test_purge_deletes_every_task_of_a_queue_but_the_active_ones(api, broker, in
     assert (job["done"], job["finished"]) == (6, True)
     for task_id in gone:
         assert api.get(f"{API}tasks/{task_id}/").status_code == 404
-    assert state_of(inspector, active) == TaskState.ACTIVE
-    assert state_of(inspector, other) == TaskState.PENDING
+    assert task_state(inspector, active) == TaskState.ACTIVE
+    assert task_state(inspector, other) == TaskState.PENDING
 
 
 def test_bulk_routes_of_an_unknown_queue_or_job_are_404(api):

@@ -21,6 +21,7 @@ from django_rtq.connection import get_broker
 from django_rtq.exceptions import InvalidTask
 from django_rtq.flow_control import project_limits
 from django_rtq.worker.processor.fetcher import holds
+from tests.support.factories import forget
 from tests.support.polling import wait_for
 from tests.testapp import tasks
 
@@ -28,7 +29,6 @@ try:
     from django.tasks import task as django_task
 except ImportError:
     from django_tasks import task as django_task
-from tests.support.factories import forget
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from django_rtq.models import FinishedTask
 from django_rtq.task_options import TASK_ID_PATTERN
 from tests.support.factories import WORKER
 from tests.support.polling import wait_for
+from tests.support.reading import state_of
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -34,10 +35,6 @@ def store_as(broker: Broker, task_id: str, form: str, queue: str = QUEUE) -> Non
     else:
         data = {"id": "someone-else", **data, "queue": "elsewhere"}
     broker.client.hset(qk.msg, task_id, json.dumps(data))
-
-
-def state_of(broker: Broker, task_id: str, queue: str = QUEUE) -> str | None:
-    return broker.client.hget(broker.queue(queue).state, task_id)
 
 
 def mirrored(broker: Broker, queue: str = QUEUE) -> None:
@@ -146,7 +143,7 @@ def test_a_unique_task_archived_by_hand_releases_its_lock_whatever_the_form_of_i
     assert manual.archive(broker, QUEUE, [message.id]) == 1
 
     again = tasks.record.using(queue=QUEUE, unique=True).enqueue("unique", 3)
-    assert state_of(broker, again.id) == "pending"
+    assert state_of(broker, QUEUE, again.id) == "pending"
 
 
 # Task ids
@@ -158,7 +155,7 @@ def test_a_task_id_of_your_own_still_works(broker: Broker, run_worker, inspector
     assert message.id == own
 
     with run_worker(queues={QUEUE: 1}):
-        wait_for(lambda: state_of(broker, own) == "completed", message="the task to complete")
+        wait_for(lambda: state_of(broker, QUEUE, own) == "completed", message="the task to complete")
 
     task = inspector.get_task(own)
     assert task.result["id"] == own and task.message.id == own

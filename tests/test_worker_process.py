@@ -14,7 +14,7 @@ from tests.testapp import tasks
 
 
 @pytest.fixture
-def inspector(broker):
+def ops(broker):
     return Operations()
 
 
@@ -22,18 +22,18 @@ def reported(redis_client, name):
     return redis_client.lrange(tasks.report_key(name), 0, -1)
 
 
-def test_a_task_of_a_sigkilled_worker_is_recovered_and_completed(start_worker, inspector, redis_client):
+def test_a_task_of_a_sigkilled_worker_is_recovered_and_completed(start_worker, ops, redis_client):
     message = tasks.block.using(max_retries=2, retention=60).enqueue("killed")
     first = start_worker(lease=1)
     wait_for(lambda: reported(redis_client, "killed:started"), timeout=20)
     first.send_signal(signal.SIGKILL)
     first.wait()
-    assert inspector.live_task(message.id).state == TaskState.ACTIVE  # nobody settled it
+    assert ops.live_task(message.id).state == TaskState.ACTIVE  # nobody settled it
 
     redis_client.set(tasks.report_key("release:killed"), "1")
     start_worker(lease=1)
     done = wait_for(
-        lambda: (task := inspector.live_task(message.id)).state == TaskState.COMPLETED and task,
+        lambda: (task := ops.live_task(message.id)).state == TaskState.COMPLETED and task,
         timeout=20,
     )
     assert done.retried == 0  # a crash is not the task's failure: no attempt charged
@@ -42,33 +42,33 @@ def test_a_task_of_a_sigkilled_worker_is_recovered_and_completed(start_worker, i
     assert reported(redis_client, "killed") == ["done"]
 
 
-def test_sigterm_returns_the_running_task_to_pending(start_worker, inspector, redis_client):
+def test_sigterm_returns_the_running_task_to_pending(start_worker, ops, redis_client):
     message = tasks.block.enqueue("terminated")
     worker = start_worker("--shutdown-timeout", "0.3")
     wait_for(lambda: reported(redis_client, "terminated:started"), timeout=20)
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(timeout=20) == 0
-    back = inspector.live_task(message.id)
+    back = ops.live_task(message.id)
     assert back.state == TaskState.PENDING and back.retried == 0 and back.owner is None
-    assert inspector.workers() == []
+    assert ops.workers() == []
 
 
-def test_burst_drains_the_queues_and_exits_zero(start_worker, inspector, redis_client):
+def test_burst_drains_the_queues_and_exits_zero(start_worker, ops, redis_client):
     for i in range(30):
         tasks.record.enqueue("burst", i)
     worker = start_worker("--burst", "--concurrency", "4")
     assert worker.wait(timeout=30) == 0, worker.stdout.read()
     assert sorted(map(int, reported(redis_client, "burst"))) == list(range(30))
-    assert inspector.queue_stats("default").size == 0
+    assert ops.queue_stats("default").size == 0
 
 
-def test_processes_are_supervised_and_restarted(start_worker, inspector, redis_client):
+def test_processes_are_supervised_and_restarted(start_worker, ops, redis_client):
     supervisor = start_worker("--processes", "2", "--concurrency", "2")
-    workers = wait_for(lambda: len(inspector.workers()) == 2 and inspector.workers(), timeout=20)
+    workers = wait_for(lambda: len(ops.workers()) == 2 and ops.workers(), timeout=20)
     victim = workers[0]["pid"]
     os.kill(victim, signal.SIGKILL)
     wait_for(
-        lambda: (pids := {w["pid"] for w in inspector.workers()}) and len(pids) == 2 and victim not in pids,
+        lambda: (pids := {w["pid"] for w in ops.workers()}) and len(pids) == 2 and victim not in pids,
         timeout=20,
         message="a replacement worker process",
     )
@@ -77,7 +77,7 @@ def test_processes_are_supervised_and_restarted(start_worker, inspector, redis_c
     wait_for(lambda: len(reported(redis_client, "supervised")) == 10, timeout=20)
     supervisor.send_signal(signal.SIGTERM)
     assert supervisor.wait(timeout=30) == 0
-    wait_for(lambda: inspector.workers() == [], timeout=10)
+    wait_for(lambda: ops.workers() == [], timeout=10)
 
 
 def test_bad_queue_option_is_a_command_error(start_worker):
@@ -86,11 +86,9 @@ def test_bad_queue_option_is_a_command_error(start_worker):
     assert "weight of at least 1" in worker.stdout.read()
 
 
-def test_worker_processes_stop_when_their_supervisor_is_killed(start_worker, inspector):
+def test_worker_processes_stop_when_their_supervisor_is_killed(start_worker, ops):
     supervisor = start_worker("--processes", "2")
-    pids = {
-        w["pid"] for w in wait_for(lambda: len(inspector.workers()) == 2 and inspector.workers(), timeout=20)
-    }
+    pids = {w["pid"] for w in wait_for(lambda: len(ops.workers()) == 2 and ops.workers(), timeout=20)}
     supervisor.send_signal(signal.SIGKILL)
     supervisor.wait()
 
