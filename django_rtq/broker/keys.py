@@ -154,6 +154,15 @@ class QueueKeys:
     def slots(self) -> str:  # HASH id -> the scopes an active task holds a slot in, "\n"-joined
         return self.prefix + "slots"
 
+    # Tasks no worker of this release can run (broker/waiting.py): left for one that can
+    @property
+    def parked(self) -> str:  # ZSET, all scores 0: "<kind>\0<pending score>\0<id>" of tasks left waiting
+        return self.prefix + "parked"
+
+    @property
+    def parked_kinds(self) -> str:  # HASH kind -> JSON {"since": ms, "reason": text}
+        return self.prefix + "parked_kinds"
+
     # The transactional outbox (django_rtq/outbox.py)
     @property
     def outboxed(self) -> str:  # ZSET id -> when (ms) the outbox first sent it: a re-send is a no-op
