@@ -1,11 +1,14 @@
-"""Stored formats (broker/versions.py): a reader refuses a format newer than its own as
-NewerFormat, never as corrupt, and every writer keeps the version it found."""
+"""Stored formats (broker/versions.py): the golden fixtures of every version (tests/data/formats/)
+run on the current worker, the current writers write the shapes of the current version, a
+reader refuses a format newer than its own as NewerFormat (never as corrupt), and every writer
+keeps the version it found."""
 
 from __future__ import annotations
 
 import json
 import logging
 import re
+from contextlib import contextmanager
 
 import pytest
 
@@ -15,14 +18,114 @@ from django_rtq.broker.attempt import AttemptInfo, check_info_version, info_vers
 from django_rtq.broker.scripts import LUA_DIR
 from django_rtq.broker.versions import INFO_FORMAT, MESSAGE_FORMAT, WORKFLOW_FORMAT, NewerFormat
 from django_rtq.broker.workflow import NewerWorkflow, cancel_workflow, child_outcome, start_postponed
+from django_rtq.connection import get_broker, reset_broker
 from django_rtq.worker.commander import CommandRetries
 from django_rtq.workflows import apply_due, chain, group
 from tests.support.factories import EMAILS, WORKER, claim_ids, enqueue
 from tests.support.polling import wait_for
-from tests.support.stored_formats import read_keys
+from tests.support.runs import reports, task_state
+from tests.support.stored_formats import (
+    SHAPES,
+    build_shape,
+    current_dir,
+    load_keys,
+    read_keys,
+    version_dirs,
+)
 from tests.testapp.wf_tasks import add, mark, mul
 
 KEEP = 60
+
+# The golden fixtures
+
+
+def fixtures() -> list[dict]:
+    """Every fixture of every version, oldest version first."""
+    return [
+        json.loads(path.read_text())
+        for directory in version_dirs()
+        for path in sorted(directory.glob("*.json"))
+        if path.name != "formats.json"
+    ]
+
+
+def check_task(inspector, redis_client, task_id: str, expected: dict) -> None:
+    """The task reads as `expected` says: its state, result, and info facts ("errors": how
+    many); gone (state None) with what stored_shape `reported`."""
+    if expected["state"] is None:
+        assert reports(redis_client, f"stored_shape:{task_id}") == [
+            json.dumps(expected["reported"], sort_keys=True)
+        ]
+        return
+    task = inspector.get_task(task_id)
+    assert task.state == expected["state"], task_id
+    if "result" in expected:
+        assert task.result == expected["result"], task_id
+    info = task.attempt.as_dict()
+    for fact, value in expected.items():
+        if fact == "errors":
+            assert len(task.attempt.error_records) == value, task_id
+        elif fact not in ("state", "result", "reported"):
+            assert info.get(fact) == value, (task_id, fact, info)
+
+
+def test_the_fixtures_of_every_version_run_on_the_current_worker(
+    broker, inspector, prefix, redis_client, run_worker
+):
+    loaded = fixtures()
+    assert {fixture["shape"] for fixture in loaded} >= {shape.name for shape in SHAPES}
+    for fixture in loaded:
+        load_keys(redis_client, prefix, fixture["keys"])
+    for fixture in loaded:
+        for task_id, expected in fixture.get("stored", {}).items():
+            check_task(inspector, redis_client, task_id, expected)
+    for fixture in loaded:
+        assert manual.run_now(broker, "default", fixture.get("run_now", [])) == len(
+            fixture.get("run_now", [])
+        )
+    expectations = {task_id: e for fixture in loaded for task_id, e in fixture.get("ran", {}).items()}
+    with run_worker(queues={"default": 4}):
+        for task_id, expected in expectations.items():
+            wait_for(
+                lambda: task_state(inspector, task_id) == expected["state"],  # noqa: B023
+                timeout=20,
+                message=f"{task_id} to be {expected['state']}",
+            )
+    for task_id, expected in expectations.items():
+        check_task(inspector, redis_client, task_id, expected)
+    for key in redis_client.scan_iter(f"{prefix}:{{default}}:unique:*"):
+        raise AssertionError(f"a uniqueness lock is left: {key}")
+
+
+def test_the_current_writers_write_the_shapes_of_the_current_version(settings, redis_client, prefix):
+    directory = current_dir()
+    assert directory is not None, (
+        "no fixtures of the current formats (django_rtq/broker/versions.py) in tests/data/formats/: "
+        "generate them into a new version's directory (python -m tests.support.stored_formats)"
+    )
+    test_settings = settings.RTQ
+
+    @contextmanager
+    def broker_for(shape_prefix: str):
+        settings.RTQ = {**test_settings, "KEY_PREFIX": shape_prefix}
+        reset_broker()
+        try:
+            yield get_broker()
+        finally:
+            settings.RTQ = test_settings
+            reset_broker()
+
+    for shape in SHAPES:
+        written = build_shape(shape, redis_client, broker_for)
+        stored = json.loads((directory / f"{shape.name}.json").read_text())
+        assert written["keys"] == stored["keys"], (
+            f"The writers changed the stored shape {shape.name!r} of format version {stored['formats']} "
+            f"(tests/data/formats/{directory.name}/{shape.name}.json). A stored shape is a contract: "
+            "raise the format version in django_rtq/broker/versions.py (and teach the readers the "
+            "old one), then add the fixtures of the new version with python -m "
+            "tests.support.stored_formats. Never edit the fixtures of an old version."
+        )
+
 
 # Messages
 
