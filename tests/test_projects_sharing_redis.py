@@ -81,6 +81,7 @@ def test_a_worker_of_another_project_is_warned_of_once_by_each_side_and_by_check
     broker, inspector, run_worker, start_worker, watching, caplog
 ):
     with run_worker() as here:
+        wait_for(lambda: here.id in inspector.live_worker_ids(), message="this worker registered")
         other = start_worker(RTQ_TEST_SECRET_KEY=OTHER_KEY)
         other_info = live_worker_of(inspector, other)
         assert other_info["settings"] == "tests.settings"
