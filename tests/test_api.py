@@ -634,6 +634,8 @@ def test_workers_are_listed(api, run_worker):
     assert [w["id"] for w in workers] == [worker.id]
     assert workers[0]["queues"] == {"default": 2}
     assert workers[0]["active"] == []
+    assert workers[0]["settings"] == "tests.settings"
+    assert len(workers[0]["project"]) == 12
 
 
 # Finished tasks

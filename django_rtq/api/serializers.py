@@ -302,6 +302,14 @@ class WorkerSerializer(serializers.Serializer):
     concurrency = serializers.IntegerField(required=False)
     started_at = serializers.FloatField(required=False, allow_null=True, help_text="Epoch seconds.")
     active = RunningTaskSerializer(many=True, required=False)
+    settings = serializers.CharField(
+        required=False, help_text="The worker's Django settings module (not told by workers of 0.1.0)."
+    )
+    project = serializers.CharField(
+        required=False,
+        help_text="The fingerprint of the worker's Django project: workers of two projects on one "
+        "Redis and key prefix differ in it (not told by workers of 0.1.0).",
+    )
 
 
 class FinishedTaskSerializer(serializers.ModelSerializer):

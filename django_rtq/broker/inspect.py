@@ -232,6 +232,31 @@ class Inspector:
     def workers(self) -> list[dict[str, Any]]:
         return self.broker.workers()
 
+    def live_worker_ids(self) -> list[str]:
+        """The ids of the workers whose heartbeat is current: one read, nothing removed."""
+        with translate_errors():
+            return self.client.zrangebyscore(self.broker.keys.workers, f"({self.broker.now_ms()}", "+inf")
+
+    def worker_infos(self, ids: list[str]) -> dict[str, dict[str, Any]]:
+        """The info of each of these workers that still has one; info that is not a JSON object
+        is left out."""
+        if not ids:
+            return {}
+        with translate_errors():
+            pipe = self.client.pipeline(transaction=False)  # not MGET: on a cluster, the keys' slots differ
+            for worker_id in ids:
+                pipe.get(self.broker.keys.worker(worker_id))
+            raws = pipe.execute()
+        infos = {}
+        for worker_id, raw in zip(ids, raws, strict=True):
+            try:
+                info = json.loads(raw) if raw else None
+            except ValueError:
+                info = None
+            if isinstance(info, dict):
+                infos[worker_id] = info
+        return infos
+
     def limit_use(self, queue: str, limits: Mapping[str, Limit]) -> list[LimitUse]:
         """The flow-control scopes of a queue, the queue's own first, then task types by name:
         each scope of `limits` (the limits in force) and each with use left in Redis (slots held,
