@@ -24,7 +24,7 @@ from ..operations import Operations
 from ..permissions import VIEW_HISTORY
 from ..task_view import TaskView, view_of_live_task
 from .actions import offers
-from .common import STATE_TIME_LABELS, STATES, admin_url, live_view, page_context, task_url
+from .common import STATE_TIME_LABELS, STATES, admin_url, live_view, page_context, task_url, waiting_group
 
 #: Tasks per page of a list, by default, and the sizes one may choose (`?per_page=`).
 PER_PAGE = 50
@@ -184,6 +184,7 @@ def task_list(request: HttpRequest, model_admin: ModelAdmin, ops: Operations, st
             (other, admin_url(model_admin, "tasks", other, query={"queue": queue})) for other in STATES
         ],
         total=counts[queue],
+        waiting_for_worker=waiting_group(model_admin, queue, ops.waiting_for_worker(queue)),
         name=name,
         task_id=task_id,
         scan_limit=NAME_SEARCH_SCAN,
