@@ -213,3 +213,41 @@ def test_the_metrics_count_the_tasks_waiting_for_a_worker_by_type_and_why(parked
 def test_the_metrics_have_no_waiting_tasks_when_none_wait(broker: Broker, reader_api: APIClient):
     enqueue(broker, Q, count=2)
     assert waiting_samples(reader_api) == {}
+
+
+# One task waiting for a worker
+
+
+def test_a_task_waiting_for_a_worker_says_so_and_is_not_held_back(parked, inspector):
+    task = inspector.get_task(parked[UNKNOWN_TASK][0])
+    assert task.waits_for_worker and not task.held
+    pending = {t.id: t for t in inspector.list_tasks(Q, "pending")}
+    assert [task_id for task_id, t in pending.items() if t.waits_for_worker] == [
+        *parked[UNKNOWN_TASK],
+        *parked[NEWER],
+    ]  # after every task that can run, in the order they were enqueued
+    assert not any(t.held for t in pending.values())
+    assert Operations().held_reason(task) is None
+
+
+def test_the_page_of_a_task_waiting_for_a_worker_says_why_and_the_list_marks_it(
+    parked, viewer_client: Client
+):
+    page = viewer_client.get(reverse("admin:django_rtq_task", args=[parked[NEWER][0]]) + f"?queue={Q}")
+    assert page.status_code == 200
+    assert list(notices(page)) == [(Q, NEWER)]  # its own kind only
+    assert "waits for a worker that can run it</span>" in page.content.decode()
+    assert "rtq-held-reason" not in page.content.decode()
+
+    listed = viewer_client.get(reverse("admin:django_rtq_tasks", args=["pending"]) + f"?queue={Q}")
+    marked = re.findall(
+        r'<tr data-task-id="([^"]+)">(?:(?!</tr>).)*?class="rtq-held-mark rtq-waiting-mark"',
+        listed.content.decode(),
+        re.S,
+    )
+    assert marked == [*parked[UNKNOWN_TASK], *parked[NEWER]]
+    assert 'class="rtq-held-mark"' not in listed.content.decode()  # none held back
+
+    [other] = enqueue(Operations().broker, Q)
+    plain = viewer_client.get(reverse("admin:django_rtq_task", args=[other]) + f"?queue={Q}")
+    assert notices(plain) == {} and "waits for a worker" not in plain.content.decode()
