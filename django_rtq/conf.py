@@ -54,6 +54,9 @@ class RTQSettings:
     IDLE_WAIT: float = defaults.DEFAULT_IDLE_WAIT_SECONDS
     ARCHIVE_MAX_SIZE: int = defaults.DEFAULT_ARCHIVE_MAX_SIZE
     ARCHIVE_MAX_AGE: float = defaults.DEFAULT_ARCHIVE_MAX_AGE_SECONDS
+    # seconds tasks no worker can run (an unknown type, a newer format, arguments that do not
+    # fit) wait with no worker taking them before they are archived (docs/deploying.md)
+    NO_WORKER_GRACE: float = defaults.DEFAULT_NO_WORKER_GRACE_SECONDS
     STATS_TTL: float = defaults.DEFAULT_STATS_TTL_SECONDS
     # dotted path or callable, called with (healthy: bool, error: Exception | None)
     HEALTH_CHECK: Any = None

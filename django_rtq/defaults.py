@@ -23,6 +23,8 @@ DEFAULT_SHUTDOWN_TIMEOUT_SECONDS = 8.0
 DEFAULT_IDLE_WAIT_SECONDS = 1.0  # longest an idle worker waits before claiming again
 DEFAULT_ARCHIVE_MAX_SIZE = 10_000
 DEFAULT_ARCHIVE_MAX_AGE_SECONDS = 90 * 24 * 3600.0
+# how long tasks no live worker can run wait (none taking them) before they are archived
+DEFAULT_NO_WORKER_GRACE_SECONDS = 24 * 3600.0
 DEFAULT_STATS_TTL_SECONDS = 90 * 24 * 3600.0  # how long per-day counters are kept
 DEFAULT_MIRROR_INTERVAL_SECONDS = 1.0
 DEFAULT_MIRROR_BATCH_SIZE = 500

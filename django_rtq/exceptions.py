@@ -73,5 +73,11 @@ class WorkerLost(RTQError):
     it is archived as a poison pill."""
 
 
+class NoWorkerCanRun(RTQError):
+    """The reason a task was archived after waiting RTQ["NO_WORKER_GRACE"] seconds with no live
+    worker able to run it (its type unknown to them, its stored format newer than they read, or
+    its arguments not fitting their handler)."""
+
+
 class CorruptWorkflow(RTQError):
     """A waiting workflow's own state in Redis is corrupt: it is archived with this error."""

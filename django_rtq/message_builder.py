@@ -115,6 +115,32 @@ def _signature(func: Callable[..., Any]) -> inspect.Signature | None:
         return None
 
 
+def binding_problem(task_type: TaskSpec, args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
+    """Why a worker's handler could not take a message's arguments (bound by the enqueuer's
+    release, whose signature may differ), or None if it can. Whether they bind depends only on
+    how many arguments there are and the keywords' names: answered once per shape."""
+    return _binding_problem(task_type.func, len(args), tuple(sorted(kwargs)) if kwargs else ())
+
+
+@lru_cache(maxsize=4096)
+def _binding_problem(func: Callable[..., Any], positional: int, keywords: tuple[str, ...]) -> str | None:
+    signature = _signature(func)
+    if signature is None:
+        return None
+    try:
+        signature.bind(*range(positional), **dict.fromkeys(keywords))
+    except TypeError as exc:
+        return f"{exc} (it takes {signature})"
+    return None
+
+
+@lru_cache(maxsize=1024)
+def signature_fingerprint(func: Callable[..., Any]) -> str:
+    """A short digest of a handler's signature: the same in every process of a release, another
+    when a parameter changes. It names the releases that refused a task's arguments."""
+    return hashlib.sha1(str(_signature(func)).encode(), usedforsecurity=False).hexdigest()[:8]
+
+
 def _bind(task_type: TaskSpec, args: list[Any], kwargs: dict[str, Any]) -> None:
     """Raise InvalidArguments (a TypeError) in the caller if the handler could not take these
     arguments, rather than have the worker fail the task with the same TypeError."""

@@ -30,6 +30,8 @@ from .task_options import (
 )
 
 _registry: dict[str, TaskType] = {}
+#: Old names of task types (`@task(aliases=[...])`) -> their current names.
+_aliases: dict[str, str] = {}
 #: Bumped at each registration, so that what is derived from the registry knows to start over.
 _generation = 0
 
@@ -41,6 +43,8 @@ class TaskType:
     func: Callable[..., Any]
     name: str
     options: dict[str, Any] = field(default_factory=dict)
+    #: names it had before (its module moved, it was renamed): tasks queued under them run as it
+    aliases: tuple[str, ...] = ()
     is_async: bool = field(init=False)  # an `async def` function
     # its flow-control limits (`rate_limit`, `burst`, `max_concurrency`), if it has any
     limit: Limit | None = field(init=False, repr=False)
@@ -146,7 +150,7 @@ def announce_enqueued(messages: Sequence[TaskMessage]) -> None:
 def find_task_type(name: str) -> TaskType | None:
     """Return the task type registered under `name`, or else the one a dotted path names: a
     `django.tasks` task run by django-rtq is registered when its module is first imported."""
-    task_type = _registry.get(name)
+    task_type = _registry.get(name) or _registry.get(_aliases.get(name, ""))
     if task_type is None and "." in name:
         try:
             found = import_string(name)
@@ -161,13 +165,25 @@ def find_task_type(name: str) -> TaskType | None:
     return task_type
 
 
-def task(func: Callable[..., Any] | None = None, *, name: str | None = None, **options: Any) -> Any:
-    """Register a function as a task type: `@task` or `@task(queue="emails", max_retries=3)`."""
+def task(
+    func: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    aliases: Iterable[str] = (),
+    **options: Any,
+) -> Any:
+    """Register a function as a task type: `@task` or `@task(queue="emails", max_retries=3)`.
+
+    `aliases` are names the type had before (`["shop.tasks.send_mail"]` once it moved to
+    `mail.tasks`): tasks queued under them run as this type (docs/deploying.md).
+    """
 
     def register(func: Callable[..., Any]) -> TaskType:
         task_name = name or f"{func.__module__}.{func.__qualname__}"
         check_options(options, TYPE_OPTIONS, task_name)
-        task_type = TaskType(func=func, name=task_name, options=dict(options))
+        task_type = TaskType(
+            func=func, name=task_name, options=dict(options), aliases=_check_aliases(aliases)
+        )
         if "queue" in options:
             check_queue(options["queue"], task_name)
         if "retry_backoff" in options:
@@ -187,12 +203,44 @@ def register_task(task_type: TaskType) -> None:
             f"Task name {task_type.name!r} is registered twice: by {_origin(existing.func)} and "
             f"{_origin(task_type.func)}. Give one of them another name."
         )
+    for alias in task_type.aliases:
+        claimed_by = _registry.get(alias) or _registry.get(_aliases.get(alias, ""))
+        if claimed_by is not None and claimed_by.name != task_type.name:
+            raise ImproperlyConfigured(
+                f"Task {task_type.name!r} cannot take the alias {alias!r}: it names the task type "
+                f"{claimed_by.name!r}. An alias must be a name no other task type has."
+            )
+    if task_type.name in _aliases and _aliases[task_type.name] != task_type.name:
+        raise ImproperlyConfigured(
+            f"Task name {task_type.name!r} is an alias of {_aliases[task_type.name]!r}. "
+            "Give one of them another name."
+        )
     global _generation
     _registry[task_type.name] = task_type
+    _aliases.update(dict.fromkeys(task_type.aliases, task_type.name))
     _generation += 1
     queue = task_type.options.get("queue")
     if queue:
         note_task_queue(queue)
+
+
+def unregister_task(name: str) -> None:
+    """Take a task type and its aliases out of the registry, as if it had never been registered."""
+    global _generation
+    task_type = _registry.pop(name, None)
+    for alias in task_type.aliases if task_type else ():
+        _aliases.pop(alias, None)
+    _generation += 1
+
+
+def _check_aliases(aliases: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(aliases, str):
+        raise ImproperlyConfigured(f"aliases must be a list of task names, not the string {aliases!r}.")
+    names = tuple(aliases)
+    for alias in names:
+        if not isinstance(alias, str) or not alias:
+            raise ImproperlyConfigured(f"A task alias must be a non-empty string, not {alias!r}.")
+    return names
 
 
 def registry_generation() -> int:
@@ -201,7 +249,8 @@ def registry_generation() -> int:
 
 
 def get_task_type(name: str) -> TaskType | None:
-    return _registry.get(name)
+    """The task type registered under `name`, or that has it as an alias."""
+    return _registry.get(name) or _registry.get(_aliases.get(name, ""))
 
 
 def registered_tasks() -> dict[str, TaskType]:

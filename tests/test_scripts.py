@@ -15,6 +15,7 @@ from django_rtq.broker import Broker, TaskState, bulk, manual, workflow
 from django_rtq.broker.keys import Keyspace
 from django_rtq.broker.scripts import LuaScript, key_pattern, load_scripts
 from django_rtq.broker.states import Action
+from django_rtq.broker.waiting import UNKNOWN_TYPE, kind_of
 from tests.support.clock import FakeClock
 from tests.support.cluster import Cluster
 from tests.support.factories import (
@@ -93,6 +94,10 @@ def exercise_every_operation(broker: Broker, clock: FakeClock) -> None:
     fail(broker, EMAILS, plain[1], TaskState.RETRY, retry_at_ms=clock.ms(5))
     fail(broker, EMAILS, plain[2], TaskState.ARCHIVED)
     broker.requeue(EMAILS, plain[3:], worker_id=WORKER)
+    kind = kind_of("tests.nowhere", UNKNOWN_TYPE)
+    left = broker.claim(EMAILS, worker_id=WORKER, limit=10)
+    broker.park(EMAILS, worker_id=WORKER, entries=[(task.id, task.run, kind, "unknown") for task in left])
+    broker.forget_parked(EMAILS, [kind])
 
     records = broker.take_finished(EMAILS, worker_id=WORKER, lock_ms=1000, limit=10)
     broker.ack_finished(EMAILS, records, worker_id=WORKER, release=True)

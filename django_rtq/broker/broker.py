@@ -32,6 +32,7 @@ from .limits import LimitsSource, no_limits
 from .message import TaskMessage
 from .scripts import load_scripts
 from .states import TaskState
+from .waiting import NO_ABILITIES, PARKED_BASE, Abilities, read_claim_notes
 
 logger = logging.getLogger(__name__)
 
@@ -361,7 +362,14 @@ class Broker:
     # Claiming and settling (the processor's hot path)
 
     def claim(
-        self, queue: str, *, worker_id: str, limit: int, start_now: int | None = None, idle_for_ms: int = 0
+        self,
+        queue: str,
+        *,
+        worker_id: str,
+        limit: int,
+        start_now: int | None = None,
+        idle_for_ms: int = 0,
+        abilities: Abilities = NO_ABILITIES,
     ) -> Claimed:
         """Claim up to `limit` pending tasks of a queue under a lease held by `worker_id`.
 
@@ -370,6 +378,8 @@ class Broker:
         than `limit` is registered as idle that long: the next task enqueued to the empty queue
         is handed to it directly. The queue's flow-control limits (`self.limits`) apply: tasks
         they hold back wait, and the result's `wait` says when a rate limit lets one start.
+        `abilities` say what the worker's release cannot run (broker/waiting.py): such tasks
+        are parked as the claim passes them, and parked ones it can run are taken first.
         """
         qk = self.queue(queue)
         limits = self.limits()
@@ -390,6 +400,8 @@ class Broker:
                 qk.buckets,
                 qk.running,
                 qk.slots,
+                qk.parked,
+                qk.parked_kinds,
             ],
             [
                 self.clock_arg(),
@@ -399,14 +411,20 @@ class Broker:
                 limit if start_now is None else start_now,
                 idle_for_ms,
                 limits.spec(queue),
+                abilities.unknown_types,
+                abilities.can_run,
+                abilities.cannot_run,
+                qk.wake_channel,
             ],
         )
         claimed = Claimed()
         claimed.limits = limits
-        if len(reply) % 4 == 2:
-            thread_bound, wait_ms = reply.pop(), reply.pop()
-            claimed.wait = wait_ms / 1000 if wait_ms >= 0 else None
-            claimed.thread_bound = bool(thread_bound)
+        notes, thread_bound, wait_ms = reply.pop(), reply.pop(), reply.pop()
+        claimed.wait = wait_ms / 1000 if wait_ms >= 0 else None
+        claimed.thread_bound = bool(thread_bound)
+        refused_by: dict[str, str] = {}
+        if notes:
+            claimed.unjudged_kinds, refused_by = read_claim_notes(notes)
         for i in range(0, len(reply), 4):
             task_id = reply[i]
             info, problem = parse_info(reply[i + 2])
@@ -421,9 +439,32 @@ class Broker:
                     raw_message=reply[i + 1] or None,
                     info=info,
                     run=str(reply[i + 3]),
+                    refused_by=refused_by.get(task_id, ""),
                 )
             )
         return claimed
+
+    def park(self, queue: str, *, worker_id: str, entries: Sequence[tuple[str, str, str, str]]) -> int:
+        """Leave tasks this worker holds under a claim, and cannot run, for a worker that can:
+        `entries` are (task id, run, kind, reason) (broker/waiting.py). Return how many were
+        parked (a task whose lease this run lost since is skipped)."""
+        qk = self.queue(queue)
+        keys = [
+            qk.active, qk.owner, qk.unstarted, qk.slots, qk.running, qk.runs, qk.state, qk.priority,
+            qk.seq, qk.pending, qk.parked, qk.parked_kinds,
+        ]  # fmt: skip
+        args: list[str | int] = [self.clock_arg(), worker_id, qk.wake_channel]
+        for entry in entries:
+            args += entry
+        return self.run_script("park", keys, args)
+
+    def forget_parked(self, queue: str, kinds: Sequence[str], *, per_kind: int = 1000) -> int:
+        """Drop the parked index's entries of tasks no longer parked, and forget kinds left
+        without one; return how many entries were dropped."""
+        if not kinds:
+            return 0
+        qk = self.queue(queue)
+        return self.run_script("forget_parked", [qk.pending, qk.parked, qk.parked_kinds], [per_kind, *kinds])
 
     def leave_idle(self, queues: Iterable[str], *, worker_id: str) -> None:
         """Stop being handed tasks in these queues (a worker shutting down, or full)."""
@@ -649,7 +690,7 @@ class Broker:
             pipe = self.client.pipeline(transaction=False)
             for queue in queues:
                 qk = self.queue(queue)
-                pipe.zcard(qk.pending)
+                pipe.zcount(qk.pending, "-inf", f"({PARKED_BASE}")  # not those left for other releases
                 pipe.zcount(qk.scheduled, "-inf", now_ms)
                 pipe.zcount(qk.retry, "-inf", now_ms)
             return not any(pipe.execute())

@@ -17,6 +17,9 @@ class ClaimedTask:
     raw_message: str | None  # None when the task's message is missing (a corrupt task)
     info: dict[str, Any] = field(default_factory=dict)
     run: str = ""  # the claim's number: the fencing token its results are settled with
+    #: taken from the parked tasks whose arguments did not bind: the fingerprints of the handler
+    #: signatures that refused them, "\1"-separated (broker/waiting.py)
+    refused_by: str = ""
 
 
 class Claimed(list[ClaimedTask]):
@@ -29,6 +32,8 @@ class Claimed(list[ClaimedTask]):
     thread_bound: bool = False
     #: The limits the claim applied (a task of a type they did not know may have passed its own).
     limits: FlowLimits = NO_LIMITS
+    #: Parked kinds the worker has not judged yet: it judges them and claims again at once.
+    unjudged_kinds: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -35,11 +35,19 @@ def run_now(broker: Broker, queue: str, task_ids: list[str]) -> int:
     return broker.run_script("run_now", keys, [qk.wake_channel, *state_args, *task_ids])
 
 
-def archive(broker: Broker, queue: str, task_ids: list[str], *, reason: str = ARCHIVED_BY_HAND) -> int:
+def archive(
+    broker: Broker,
+    queue: str,
+    task_ids: list[str],
+    *,
+    reason: str = ARCHIVED_BY_HAND,
+    error_type: str = CANCELLED,
+) -> int:
     """Archive tasks; return how many moved.
 
-    `reason` is recorded as their error (a `TaskCancelled`); each one's record goes to the ORM
-    mirror (when mirroring), and a workflow's child fails its workflow.
+    `reason` is recorded as their error (of `error_type`, a class path: `TaskCancelled` unless
+    told); each one's record goes to the ORM mirror (when mirroring), and a workflow's child
+    fails its workflow.
     """
     if not task_ids:
         return 0
@@ -49,7 +57,7 @@ def archive(broker: Broker, queue: str, task_ids: list[str], *, reason: str = AR
         qk.state, qk.archived, qk.msg, qk.commands, qk.command, qk.info, qk.progress, qk.finished,
         *state_keys,
     ]  # fmt: skip
-    args = [broker.now_ms(), int(broker.mirror), CANCELLED, reason, *state_args]
+    args = [broker.now_ms(), int(broker.mirror), error_type, reason, *state_args]
     args += _with_unique_keys(broker, queue, task_ids, keys)
     return broker.run_script("archive", keys, args)
 

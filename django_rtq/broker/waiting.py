@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-
 from typing import TYPE_CHECKING, Any
 
 from .errors import translate_errors
@@ -33,6 +32,35 @@ UNBOUND_ARGUMENTS = "args"
 KIND_SEPARATOR = "\1"
 #: Parked kinds a reader looks at, at most (each is one round trip of a ZLEXCOUNT).
 KINDS_SCAN = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Abilities:
+    """What a worker tells each claim of what its release cannot run, each "\n"-joined: the
+    task types it does not know (their tasks are parked as the claim passes them), and the
+    parked kinds it has judged it can run (taken first) or cannot."""
+
+    unknown_types: str = ""
+    can_run: str = ""
+    cannot_run: str = ""
+
+
+NO_ABILITIES = Abilities()
+
+
+def read_claim_notes(notes: str) -> tuple[tuple[str, ...], dict[str, str]]:
+    """A claim's notes (claim.lua): the parked kinds the worker has not judged yet, and for each
+    task taken from a kind of arguments that did not bind, the fingerprints that refused them."""
+    try:
+        data = json.loads(notes)
+    except ValueError:
+        return (), {}
+    kinds = data.get("kinds") if isinstance(data, dict) else None
+    refused_by = data.get("refused_by") if isinstance(data, dict) else None
+    return (
+        tuple(kind for kind in kinds if isinstance(kind, str)) if isinstance(kinds, list) else (),
+        {k: v for k, v in refused_by.items() if isinstance(v, str)} if isinstance(refused_by, dict) else {},
+    )
 
 
 def kind_of(task: str, why: str, refused_by: tuple[str, ...] = ()) -> str:
@@ -66,14 +94,28 @@ class WaitingKind:
     reason: str
 
 
+def parked_kinds(broker: Broker, queue: str) -> dict[str, dict[str, Any]]:
+    """The kinds of a queue's parked tasks, each with its facts ("since" (ms), "reason")."""
+    with translate_errors():
+        kinds = broker.client.hgetall(broker.queue(queue).parked_kinds)
+    return {kind: _facts(raw) for kind, raw in kinds.items()}
+
+
+def parked_ids(broker: Broker, queue: str, kind: str, limit: int) -> list[str]:
+    """The ids of up to `limit` parked tasks of a kind, in their order (some may be stale)."""
+    with translate_errors():
+        entries = broker.client.zrangebylex(broker.queue(queue).parked, *kind_range(kind), start=0, num=limit)
+    return [task_id for entry in entries if (task_id := entry[len(kind) + 1 :].partition("\0")[2])]
+
+
 def waiting_for_worker(broker: Broker, queue: str) -> list[WaitingKind]:
     """The kinds of tasks of a queue waiting for a worker that can run them, by task name."""
     qk = broker.queue(queue)
+    kinds = parked_kinds(broker, queue)
+    if not kinds:
+        return []
+    names = sorted(kinds)[:KINDS_SCAN]
     with translate_errors():
-        kinds = broker.client.hgetall(qk.parked_kinds)
-        if not kinds:
-            return []
-        names = sorted(kinds)[:KINDS_SCAN]
         pipe = broker.client.pipeline(transaction=False)
         for kind in names:
             pipe.zlexcount(qk.parked, *kind_range(kind))
@@ -83,7 +125,7 @@ def waiting_for_worker(broker: Broker, queue: str) -> list[WaitingKind]:
         if not count:
             continue
         task, why, _ = parse_kind(kind)
-        facts = _facts(kinds[kind])
+        facts = kinds[kind]
         since = facts.get("since")
         waiting.append(
             WaitingKind(

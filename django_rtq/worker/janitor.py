@@ -1,15 +1,23 @@
-"""The janitor deletes completed tasks past their retention and keeps the archive bounded."""
+"""The janitor deletes completed tasks past their retention, keeps the archive bounded, and
+archives tasks that waited too long for a worker able to run them."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..broker import Broker
+from ..broker import Broker, manual
+from ..broker.attempt import error_path
+from ..broker.waiting import parked_ids, parked_kinds
+from ..exceptions import NoWorkerCanRun
 from .component import Component
+
+#: Tasks of one kind the janitor archives in a pass, at most.
+ARCHIVE_BATCH = 500
 
 
 class Janitor(Component):
-    """The janitor deletes expired completed tasks and trims each archive by age and size."""
+    """The janitor deletes expired completed tasks and trims each archive by age and size; it
+    archives the parked tasks of kinds no worker took for `no_worker_grace` seconds."""
 
     name = "janitor"
 
@@ -21,12 +29,14 @@ class Janitor(Component):
         interval: float,
         archive_max_age: float,
         archive_max_size: int,
+        no_worker_grace: float = 24 * 3600.0,
     ) -> None:
         super().__init__(interval=interval)
         self.broker = broker
         self.queues = list(queues)
         self.archive_max_age_ms = int(archive_max_age * 1000)
         self.archive_max_size = archive_max_size
+        self.no_worker_grace = no_worker_grace
 
     def run_once(self) -> int:
         deleted = 0
@@ -39,4 +49,30 @@ class Janitor(Component):
             if count:
                 self.logger.debug("deleted %d expired task(s) in queue %r", count, queue)
             deleted += count
+            self.archive_waited(queue)
         return deleted
+
+    def archive_waited(self, queue: str) -> int:
+        """Archive the parked tasks of kinds no worker took for the grace, saying so; tidy the
+        parked index. Return how many were archived."""
+        kinds = parked_kinds(self.broker, queue)
+        if not kinds:
+            return 0
+        due_ms = self.broker.now_ms() - self.no_worker_grace * 1000
+        archived = 0
+        for kind, facts in kinds.items():
+            since = facts.get("since")
+            if not isinstance(since, int | float) or since > due_ms:
+                continue
+            ids = parked_ids(self.broker, queue, kind, ARCHIVE_BATCH)
+            reason = (
+                f"no worker could run it for {self.no_worker_grace / 3600:g} h: {facts.get('reason', '')}"
+            )
+            count = manual.archive(
+                self.broker, queue, ids, reason=reason, error_type=error_path(NoWorkerCanRun)
+            )
+            if count:
+                self.logger.warning("archived %d task(s) of queue %r: %s", count, queue, reason)
+            archived += count
+        self.broker.forget_parked(queue, list(kinds))
+        return archived

@@ -113,6 +113,7 @@ class Worker:
             interval=conf.JANITOR_INTERVAL,
             archive_max_age=conf.ARCHIVE_MAX_AGE,
             archive_max_size=conf.ARCHIVE_MAX_SIZE,
+            no_worker_grace=conf.NO_WORKER_GRACE,
         )
         # A pass works on each unfinished job for 2 s: a request carried it on for 1 s at most.
         self.bulk_runner = BulkRunner(broker=self.broker, queues=names, interval=1.0, budget=2.0)

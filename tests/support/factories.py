@@ -134,5 +134,4 @@ def archive_at(broker: Broker, clock: FakeClock, count: int) -> list[str]:
 
 def forget(name: str) -> None:
     """Take a task type out of the registry, as if never registered (for what it derives too)."""
-    registry._registry.pop(name, None)
-    registry._generation += 1
+    registry.unregister_task(name)

@@ -52,6 +52,24 @@ local function claimable_count(pending)
   return redis.call('ZCOUNT', pending, '-inf', '(' .. HELD_BASE_TEXT)
 end
 
+-- Tasks no worker of some release can run (broker/waiting.py). A parked task stays in pending
+-- with PARKED_BASE added to its score (after every task that can run, and every held one), is
+-- indexed in the queue's `parked` set (all scores 0) as "<kind>\0<its score>\0<id>": by kind,
+-- then in pending order; `parked_kinds` notes since when each kind waits, and why. A claim of a
+-- worker that can run a kind takes its tasks from there. The same as PARKED_BASE in
+-- broker/waiting.py (a test checks).
+local PARKED_BASE = 6500000000000000
+
+-- Park a pending task (already out of any other state set): p: pending, state, parked, kinds.
+local function park_task(p, kind, score, id, now, reason)
+  redis.call('ZADD', p.pending, PARKED_BASE + score, id)
+  redis.call('HSET', p.state, id, 'pending')
+  redis.call('ZADD', p.parked, 0, kind .. '\0' .. string.format('%017.0f', score) .. '\0' .. id)
+  if redis.call('HEXISTS', p.kinds, kind) == 0 then
+    redis.call('HSET', p.kinds, kind, cjson.encode({since = now, reason = reason}))
+  end
+end
+
 -- Give back the concurrency slots (taken by claim.lua) of tasks leaving active, and note in
 -- t.freed that a held task may start now. t: slots, running. Garbage in these keys (a wrong
 -- type, a count that is not one) is passed over, never raised: the callers have already changed

@@ -28,6 +28,8 @@
 -- KEYS[12] -> rtq:{<queue>}:buckets
 -- KEYS[13] -> rtq:{<queue>}:running
 -- KEYS[14] -> rtq:{<queue>}:slots
+-- KEYS[15] -> rtq:{<queue>}:parked
+-- KEYS[16] -> rtq:{<queue>}:parked_kinds
 -- ARGV[1] -> now (ms; 0 = the server's clock)
 -- ARGV[2] -> lease (ms)
 -- ARGV[3] -> worker id
@@ -36,13 +38,22 @@
 -- ARGV[6] -> how long (ms) to stay registered as idle; 0 = do not register
 -- ARGV[7] -> the queue's limits by scope, JSON ({"<task>": {"r": starts, "p": per ms, "b": bucket,
 --            "c": running}, "*": the queue's own}); "" when it has none
+-- ARGV[8] -> the task types this worker does not know, "\n"-joined: their pending tasks are
+--            parked as the claim passes them ("" for none)
+-- ARGV[9] -> the parked kinds this worker can run, "\n"-joined: taken before pending
+-- ARGV[10] -> the parked kinds this worker cannot run, "\n"-joined
+-- ARGV[11] -> wake channel (published when the claim parked tasks)
 --
 -- Returns: a flat list of id, message JSON, info JSON, run number per claimed task (false
--- where missing); empty when the queue is paused or has nothing pending. Under flow control,
--- two more elements end the list: the ms until the worker should claim again because a rate
--- limit then lets a waiting task start (0: at once, the claim stopped short; -1: no such wait,
--- a freed concurrency slot wakes the workers instead), and 1 when tasks the limits let start
--- wait only for a free thread of this worker (0 otherwise).
+-- where missing); empty of tasks when the queue is paused or has nothing pending. Three more
+-- elements end the list: the ms until the worker should claim again because a rate limit then
+-- lets a waiting task start, or because the claim stopped short (0: at once; -1: no such wait,
+-- a freed concurrency slot wakes the workers instead); 1 when tasks the limits let start wait
+-- only for a free thread of this worker (0 otherwise); and notes for the worker, JSON or "":
+-- "kinds", parked kinds it was told neither way of (it says at its next claim, made at once:
+-- this one took nothing from pending, so that tasks it can run of those kinds go first), and
+-- "refused_by", for each task taken from a kind of arguments that did not bind, the
+-- fingerprints that refused them.
 local pending, active, state, owner, msg, info, paused, idle, runs, unstarted =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local now, lease, worker = clock_now(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
@@ -51,6 +62,8 @@ local limit, start_now, idle_for = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumbe
 local SCAN_LIMIT = 200
 -- Held tasks a claim moves back to pending (or finds gone), at most.
 local RELEASE_LIMIT = 1000
+-- Parked kinds a claim looks at, at most (one ZRANGEBYLEX each).
+local KINDS_LIMIT = 50
 -- Of a rate limit's accrual, how much (ms) a claim may come late without its start being lost:
 -- the wake-up, the round trip. Less than a token, so a bucket never lets an extra start through.
 local LATENESS_MS = 2
@@ -60,6 +73,30 @@ local fc = {
   held = KEYS[11], buckets = KEYS[12], running = KEYS[13], slots = KEYS[14], limits = {},
   tokens = {}, in_use = {}, spent = {}, added = {}, slot_of = {}, wait = -1, thread_bound = false,
 }
+
+-- A "\n"-joined list as a set; nil for "".
+local function set_of(joined)
+  if joined == '' then return nil end
+  local set = {}
+  for name in string.gmatch(joined, '[^\n]+') do set[name] = true end
+  return set
+end
+
+-- Tasks this worker's release cannot run (broker/waiting.py): what it told of them, what this
+-- claim parked, and the notes it gets back.
+local wk = {
+  leave = set_of(ARGV[8]), take = set_of(ARGV[9]) or {}, refused = set_of(ARGV[10]) or {},
+  p = {pending = pending, state = state, parked = KEYS[15], kinds = KEYS[16]},
+  parked = 0, notes = {kinds = {}, refused_by = {}}, noted = false,
+}
+
+-- Park a pending task of a type this worker does not know, if it is one; return whether it was.
+local function parked_unknown(task, score, id)
+  if not (wk.leave and task and wk.leave[task]) then return false end
+  park_task(wk.p, task .. '\1type', score, id, now, "unknown task type '" .. task .. "'")
+  wk.parked = wk.parked + 1
+  return true
+end
 
 -- The task name of a stored message: it is written first (TaskMessage.to_json).
 local function task_of(body)
@@ -186,7 +223,7 @@ end
 
 -- Take up to `want` tasks that may start, in pending order, holding back those their type's
 -- limits stop. Each chunk is read (ids, scores, messages) before anything is changed.
-local function take_under_limits(want)
+local function take_under_limits(want, already)
   local ids, scanned = {}, 0
   local queue_limited = type(fc.limits['*']) == 'table'
   while #ids < want do
@@ -209,9 +246,11 @@ local function take_under_limits(want)
       scanned = scanned + 1
       local task = task_of(bodies[k])
       local limited = task and type(fc.limits[task]) == 'table'
-      if limited and room(task) < 1 then
+      if parked_unknown(task, score, id) then
+        -- left for a worker that knows its type
+      elseif limited and room(task) < 1 then
         hold(task, score, id)
-      elseif limited and #ids >= start_now then
+      elseif limited and already + #ids >= start_now then
         -- It could start, but only on a free thread: a limited task never waits in a worker's memory.
         fc.thread_bound = true
         stop = true
@@ -225,6 +264,110 @@ local function take_under_limits(want)
     end
     if #taken > 0 then call_for_all('ZREM', pending, taken) end
     if stop then break end
+  end
+  return ids
+end
+
+-- Take pending tasks in order, up to `want`, parking those of types this worker does not know
+-- (a plain ZPOPMIN does when there are none and nothing is parked).
+local function take_plain(want)
+  local ids, scanned = {}, 0
+  while #ids < want do
+    if scanned >= SCAN_LIMIT + want then
+      fc.wait = 0  -- a long run of tasks left for others: the rest at the next claim, at once
+      break
+    end
+    local chunk = redis.call('ZRANGEBYSCORE', pending, '-inf', '(' .. HELD_BASE_TEXT, 'WITHSCORES',
+      'LIMIT', 0, want - #ids)
+    if #chunk == 0 then break end
+    local chunk_ids = {}
+    for i = 1, #chunk, 2 do chunk_ids[#chunk_ids + 1] = chunk[i] end
+    local bodies = wk.leave and call_for_all('HMGET', msg, chunk_ids) or {}
+    local taken = {}
+    for k, id in ipairs(chunk_ids) do
+      scanned = scanned + 1
+      if not parked_unknown(task_of(bodies[k]), tonumber(chunk[2 * k]), id) then
+        ids[#ids + 1] = id
+        taken[#taken + 1] = id
+      end
+    end
+    if #taken > 0 then call_for_all('ZREM', pending, taken) end
+  end
+  return ids
+end
+
+-- May a parked task of `task` start now under the flow-control limits? 'take' (its start
+-- counted), 'wait' (its type's limits stop it: it stays parked), or 'stop' (no more now).
+local function admit(task, id, count)
+  local queue_limited = type(fc.limits['*']) == 'table'
+  local limited = type(fc.limits[task]) == 'table'
+  if limited and room(task) < 1 then return 'wait' end
+  if limited and count >= start_now then
+    fc.thread_bound = true
+    return 'stop'
+  end
+  if limited then take(task, id) end
+  if queue_limited then take('*', id) end
+  return 'take'
+end
+
+-- Take parked tasks of the kinds this worker can run, up to `want`, first in their kind's order,
+-- and note the kinds it was told nothing of. A kind left empty is forgotten; one taken from
+-- waits afresh from now (the grace before it is archived counts while no worker takes it).
+local function take_parked(want, under_limits)
+  local ids, from, looked = {}, '-', 0
+  while looked < KINDS_LIMIT do
+    local head = redis.call('ZRANGEBYLEX', wk.p.parked, from, '+', 'LIMIT', 0, 1)[1]
+    if not head then break end
+    looked = looked + 1
+    local kind = string.match(head, '^(.-)%z')
+    if not kind then
+      redis.call('ZREM', wk.p.parked, head)
+    else
+      from = '[' .. kind .. '\1'
+      if wk.take[kind] then
+        local task, refusers = string.match(kind, '^(.-)\1'), string.match(kind, '^.-\1args(\1.*)$')
+        local took, stop = false, false
+        while #ids < want and not stop do
+          local entries = redis.call('ZRANGEBYLEX', wk.p.parked, '[' .. kind .. '\0', '(' .. kind .. '\1',
+            'LIMIT', 0, want - #ids)
+          if #entries == 0 then break end
+          for _, entry in ipairs(entries) do
+            local score, id = string.match(string.sub(entry, #kind + 2), '^(%d+)%z(.+)$')
+            local current = score and tonumber(redis.call('ZSCORE', pending, id))
+            if current ~= (score and PARKED_BASE + tonumber(score)) then
+              redis.call('ZREM', wk.p.parked, entry)  -- run, archived or deleted since
+            else
+              local verdict = under_limits and admit(task, id, #ids) or 'take'
+              if verdict ~= 'take' then
+                stop = true
+                if verdict == 'stop' then looked = KINDS_LIMIT end
+                break
+              end
+              redis.call('ZREM', wk.p.parked, entry)
+              redis.call('ZREM', pending, id)
+              ids[#ids + 1] = id
+              took = true
+              if refusers then
+                wk.notes.refused_by[id] = refusers
+                wk.noted = true
+              end
+            end
+          end
+        end
+        if redis.call('ZLEXCOUNT', wk.p.parked, '[' .. kind .. '\0', '(' .. kind .. '\1') == 0 then
+          redis.call('HDEL', wk.p.kinds, kind)
+        elseif took then
+          local ok, facts = pcall(cjson.decode, redis.call('HGET', wk.p.kinds, kind) or '')
+          if not (ok and type(facts) == 'table') then facts = {} end
+          facts.since = now
+          redis.call('HSET', wk.p.kinds, kind, cjson.encode(facts))
+        end
+      elseif not wk.refused[kind] then
+        wk.notes.kinds[#wk.notes.kinds + 1] = kind
+        wk.noted = true
+      end
+    end
   end
   return ids
 end
@@ -249,12 +392,20 @@ local function check_flow_keys()
 end
 
 redis.call('ZREM', idle, worker)
-if redis.call('EXISTS', paused) == 1 then return {} end
+if redis.call('EXISTS', paused) == 1 then return {-1, 0, ''} end
 local ids = {}
 local limited = ARGV[7] ~= '' or redis.call('EXISTS', fc.held) == 1
+local parked_exist = redis.call('EXISTS', wk.p.parked) == 1
 if not limited then
-  local popped = redis.call('ZPOPMIN', pending, limit)
-  for i = 1, #popped, 2 do ids[#ids + 1] = popped[i] end
+  if parked_exist then ids = take_parked(limit, false) end
+  if #wk.notes.kinds > 0 then
+    -- kinds the worker has not judged: it judges them and claims again, before anything pending
+  elseif #ids < limit and (wk.leave or parked_exist) then
+    for _, id in ipairs(take_plain(limit - #ids)) do ids[#ids + 1] = id end
+  elseif #ids < limit then
+    local popped = redis.call('ZPOPMIN', pending, limit - #ids)
+    for i = 1, #popped, 2 do ids[#ids + 1] = popped[i] end
+  end
 else
   local wrong = check_flow_keys()
   if wrong then return wrong end
@@ -267,8 +418,11 @@ else
     fc.thread_bound = want < allowed
   end
   if want > 0 then
-    release_held(want)
-    ids = take_under_limits(want)
+    if parked_exist then ids = take_parked(want, true) end
+    if #wk.notes.kinds == 0 then
+      if want > #ids then release_held(want - #ids) end
+      for _, id in ipairs(take_under_limits(want - #ids, #ids)) do ids[#ids + 1] = id end
+    end
     save_use()
   end
   if fc.thread_bound and claimable_count(pending) == 0 then fc.thread_bound = false end
@@ -300,9 +454,9 @@ end
 if #ids < limit and idle_for > 0 then
   redis.call('ZADD', idle, now + idle_for, worker)
 end
-if limited then
-  if fc.wait > 0 and redis.call('ZCARD', pending) == 0 then fc.wait = -1 end
-  reply[#reply + 1] = fc.wait
-  reply[#reply + 1] = fc.thread_bound and 1 or 0
-end
+if wk.parked > 0 then redis.call('PUBLISH', ARGV[11], '1') end
+if limited and fc.wait > 0 and redis.call('ZCARD', pending) == 0 then fc.wait = -1 end
+reply[#reply + 1] = fc.wait
+reply[#reply + 1] = fc.thread_bound and 1 or 0
+reply[#reply + 1] = wk.noted and cjson.encode(wk.notes) or ''
 return reply

@@ -8,12 +8,12 @@ import random
 import threading
 import time
 
-from ...broker import Broker, ClaimedTask, TaskMessage
+from ...broker import Broker, ClaimedTask
 from ...broker.limits import NO_LIMITS, FlowLimits
 from ...exceptions import BrokerUnavailable, DeadlineExceeded, NonRetryableError
-from ...registry import find_task_type
 from ..outcome import Failure
 from ..subscriber import POLL_SECONDS, Subscriber
+from .abilities import LeftForAnother, ReleaseAbilities, message_or_leave, task_type_or_leave
 from .jobs import FETCH, Job, JobTable, Outcome, Unrunnable, give_back, ids_by_queue
 
 logger = logging.getLogger(__name__)
@@ -104,6 +104,10 @@ class Fetcher:
         self._thread_bound = False
         # the flow-control limits the last claim applied
         self._claimed_under: FlowLimits = NO_LIMITS
+        #: What this release cannot run, as its claims are told (tasks it leaves for others).
+        self.abilities = ReleaseAbilities()
+        # the last claim showed parked kinds not judged before: claim again once judged
+        self._judged_new = False
         self._kept: Job | None = None
         # queue -> (time.monotonic() before which it is not claimed from, failures in a row)
         self._broken_queues: dict[str, tuple[float, int]] = {}
@@ -219,7 +223,7 @@ class Fetcher:
         self._failures = 0
         if claimed:
             self._dispatch(claimed, claimed_at, self._claimed_under)
-        if len(claimed) == free or (claimed and self.burst) or self._thread_bound:
+        if len(claimed) == free or (claimed and self.burst) or self._thread_bound or self._judged_new:
             return True
         if self.burst and not claimed and self._is_drained():
             self.drained.set()
@@ -321,6 +325,7 @@ class Fetcher:
         claimed: list[ClaimedTask] = []
         self._limit_wait = None
         self._thread_bound = False
+        self._judged_new = False
         # Long enough to outlast the idle wait before the next claim renews it; only a worker
         # with a free thread is handed tasks, which start at once.
         idle_for_ms = int((2 * self.idle_wait + 1) * 1000) if self.broker.hands_off and start_now else 0
@@ -336,6 +341,7 @@ class Fetcher:
                     limit=wanted,
                     start_now=max(0, start_now - len(claimed)),
                     idle_for_ms=idle_for_ms,
+                    abilities=self.abilities.current,
                 )
             except BrokerUnavailable:
                 raise
@@ -343,6 +349,9 @@ class Fetcher:
                 self._queue_failed(queue)
                 continue
             self._broken_queues.pop(queue, None)
+            if got.unjudged_kinds:
+                self.abilities.judge(got.unjudged_kinds)
+                self._judged_new = True
             self._claimed_under = got.limits
             self._thread_bound = self._thread_bound or got.thread_bound
             if got.wait is not None:
@@ -376,7 +385,7 @@ class Fetcher:
 
         `limits` are those the claim applied: a task of a type with limits they did not know (its
         module was first imported just now, to run it) is given back, for a claim to apply them."""
-        jobs, failures, unlimited = [], [], []
+        jobs, failures, unlimited, left = [], [], [], []
         for claimed in batch:
             try:
                 job = self._job(claimed)
@@ -385,6 +394,8 @@ class Fetcher:
                     unlimited.append(job)
                     continue
                 jobs.append(job)
+            except LeftForAnother as exc:
+                left.append((claimed, exc))
             except Exception as exc:
                 message = exc.message if isinstance(exc, Unrunnable) else None
                 failures.append(
@@ -394,6 +405,8 @@ class Fetcher:
                         failure=Failure(claimed=claimed, message=message, error=exc.__cause__ or exc),
                     )
                 )
+        if left:
+            self._leave(left)
         self.jobs.take_in(jobs, [outcome.claimed for outcome in failures])
         for outcome in failures:
             logger.error(
@@ -413,19 +426,47 @@ class Fetcher:
         return jobs
 
     def _job(self, claimed: ClaimedTask) -> Job:
-        """Make a job of a claimed task, or raise Unrunnable saying why it cannot run."""
+        """Make a job of a claimed task. Raise LeftForAnother if this release cannot run it
+        and another may (an unknown type, a newer format, arguments its handler would not
+        take), or Unrunnable saying why no worker can."""
         if claimed.raw_message is None:
             raise Unrunnable(None) from NonRetryableError("the task's message is missing")
         try:
-            message = TaskMessage.from_json(claimed.raw_message, id=claimed.id, queue=claimed.queue)
+            message = message_or_leave(claimed)
         except ValueError as exc:
             raise Unrunnable(None) from NonRetryableError(f"the task's payload is corrupt: {exc}")
-        task_type = find_task_type(message.task)
-        if task_type is None:
-            raise Unrunnable(message) from NonRetryableError(f"unknown task type {message.task!r}")
+        task_type = task_type_or_leave(message, claimed)
         if message.deadline is not None and message.deadline <= time.time():
             raise Unrunnable(message) from DeadlineExceeded("the task's deadline passed before it started")
         return Job(claimed=claimed, message=message, task_type=task_type)
+
+    def _leave(self, left: list[tuple[ClaimedTask, LeftForAnother]]) -> None:
+        """Park claimed tasks this release cannot run, for a worker that can: uncounted, and
+        passed over by this worker's claims from now on."""
+        by_queue: dict[str, list[tuple[ClaimedTask, LeftForAnother]]] = {}
+        for claimed, reason in left:
+            by_queue.setdefault(claimed.queue, []).append((claimed, reason))
+        for queue, entries in by_queue.items():
+            try:
+                self.broker.park(
+                    queue,
+                    worker_id=self.worker_id,
+                    entries=[(claimed.id, claimed.run, why.kind, why.reason) for claimed, why in entries],
+                )
+            except Exception as exc:
+                logger.warning(
+                    "could not leave %d task(s) of queue %r for another worker (%s); they go back "
+                    "to pending when their leases lapse",
+                    len(entries),
+                    queue,
+                    exc,
+                )
+                continue
+            counts: dict[str, tuple[LeftForAnother, int]] = {}
+            for _, why in entries:
+                counts[why.kind] = (why, counts.get(why.kind, (why, 0))[1] + 1)
+            for kind, (why, count) in counts.items():
+                self.abilities.note_left(queue, kind, why.reason, count)
 
     def _is_drained(self) -> bool:
         with self.jobs.cond:
