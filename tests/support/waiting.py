@@ -1,17 +1,19 @@
 """Tasks left waiting for a worker that can run them ("parked", broker/waiting.py), made on a real
-Redis for the tests of the surfaces that show them."""
+Redis as a worker that cannot run them leaves them, for the tests of the surfaces that show them."""
 
 from __future__ import annotations
 
-import json
 import uuid
 
 from django_rtq.broker import Broker, TaskMessage
-from django_rtq.broker.waiting import PARKED_BASE, UNKNOWN_TYPE, kind_of
+from django_rtq.broker.message import MAX_PRIORITY
+from django_rtq.broker.waiting import UNKNOWN_TYPE, Abilities, kind_of
 from tests.support.clock import START_TIME
 
 #: A task type no module defines: no worker of any release can run it.
 UNKNOWN_TASK = "tests.gone.unknown"
+#: The worker that claims and leaves them.
+PARKING_WORKER = "worker-that-cannot"
 
 
 def park(
@@ -23,22 +25,27 @@ def park(
     why: str = UNKNOWN_TYPE,
     reason: str | None = None,
 ) -> list[str]:
-    """Enqueue `count` tasks of `task` to `queue` and leave them waiting for a worker that can run
-    them, as a worker that cannot does (why: "type", "format" or "args"); return their ids."""
+    """Enqueue `count` tasks of `task` to `queue`, claim them and leave them for a worker that can
+    run them, as a worker that cannot does (why: "type", "format" or "args"); return their ids.
+
+    They are enqueued at the highest priority, so that the claim takes them and no other task
+    of the queue; parked, they wait after every task that can run, whatever their priority."""
     messages = [
-        TaskMessage(id=uuid.uuid4().hex, task=task, queue=queue, enqueued_at=START_TIME) for _ in range(count)
+        TaskMessage(
+            id=uuid.uuid4().hex, task=task, queue=queue, enqueued_at=START_TIME, priority=MAX_PRIORITY
+        )
+        for _ in range(count)
     ]
     broker.enqueue(messages)
-    reason = reason or f"unknown task type {task!r}"
-    # Until Broker.park is there, the keys as park.lua leaves them (docs/design.md, "parked").
-    qk = broker.queue(queue)
-    kind = kind_of(task, why)
     ids = [m.id for m in messages]
-    scores = dict(zip(ids, broker.client.zmscore(qk.pending, ids), strict=True))
-    pipe = broker.client.pipeline(transaction=True)
-    for task_id, score in scores.items():
-        pipe.zadd(qk.pending, {task_id: PARKED_BASE + score})
-        pipe.zadd(qk.parked, {f"{kind}\0{score:017.0f}\0{task_id}": 0})
-    pipe.hsetnx(qk.parked_kinds, kind, json.dumps({"since": broker.now_ms(), "reason": reason}))
-    pipe.execute()
+    claimed = broker.claim(queue, worker_id=PARKING_WORKER, limit=count)
+    if claimed.unjudged_kinds:  # tasks parked before: this worker cannot run them either
+        cannot_run = Abilities(cannot_run="\n".join(claimed.unjudged_kinds))
+        claimed = broker.claim(queue, worker_id=PARKING_WORKER, limit=count, abilities=cannot_run)
+    assert [claimed_task.id for claimed_task in claimed] == ids, "the queue had tasks of higher priority"
+    kind, reason = kind_of(task, why), reason or f"unknown task type {task!r}"
+    parked = broker.park(
+        queue, worker_id=PARKING_WORKER, entries=[(t.id, t.run, kind, reason) for t in claimed]
+    )
+    assert parked == count
     return ids
