@@ -22,6 +22,7 @@ from .limits import HELD_BASE, QUEUE_SCOPE, Limit, bucket_tokens
 from .message import TaskMessage
 from .states import TaskState
 from .timings import Histogram, histograms
+from .waiting import PARKED_BASE
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +91,8 @@ class TaskInfo:
     workflow: dict[str, Any] | None = None
     # pending, but held back by its type's flow-control limits (broker/limits.py, HELD_BASE)
     held: bool = False
+    # pending, left by a worker that could not run it for one that can (broker/waiting.py)
+    waits_for_worker: bool = False
 
     @property
     def children(self) -> list[str]:
@@ -444,6 +447,7 @@ class Inspector:
         for (task_id, score), raw, info, result, owner, progress, workflow in zip(
             ids_scores, messages, infos, results, owners, progresses, workflows, strict=True
         ):
+            pending = score if state == TaskState.PENDING else None  # its place in pending
             try:
                 message = TaskMessage.from_json(raw, id=task_id, queue=queue) if raw else None
             except ValueError:
@@ -461,7 +465,8 @@ class Inspector:
                     owner=owner,
                     progress=_workflow_progress(workflow) if workflow else _json(progress),
                     workflow=_workflow_facts(workflow) if workflow else None,
-                    held=state == TaskState.PENDING and score is not None and score >= HELD_BASE,
+                    held=pending is not None and HELD_BASE <= pending < PARKED_BASE,
+                    waits_for_worker=pending is not None and pending >= PARKED_BASE,
                 )
             )
         return tasks
