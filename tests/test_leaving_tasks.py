@@ -275,7 +275,9 @@ def test_a_task_stored_in_a_newer_format_waits_for_a_release_that_reads_it(broke
     [waiting] = waiting_for_worker(broker, QUEUE)
     assert (waiting.task, waiting.why, waiting.count) == ("tests.testapp.tasks.add", NEWER_FORMAT, 1)
     newer, readable = MESSAGE_FORMAT + 1, MESSAGE_FORMAT
-    assert waiting.reason == f"its stored message is of format version {newer}; this release reads up to {readable}"
+    assert waiting.reason == (
+        f"its stored message is of format version {newer}; this release reads up to {readable}"
+    )
     assert ids_in(broker, QUEUE, TaskState.ARCHIVED) == []
     assert not can_run(redis_client.hkeys(broker.queue(QUEUE).parked_kinds)[0])
 
