@@ -22,7 +22,7 @@ from typing import Any
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 
-from .broker import Broker, TaskMessage, bulk, manual
+from .broker import Broker, TaskMessage, bulk, manual, workflow
 from .broker.bulk import PURGE_STATES, BulkJob
 from .broker.inspect import NAME_SEARCH_SCAN, Inspector, LimitUse, QueueStats, TaskInfo
 from .broker.limits import QUEUE_SCOPE
@@ -82,6 +82,9 @@ class ActionReport:
 
 
 WORKFLOW_RUN_REASON = "it is a workflow, and a finished workflow cannot be run again: enqueue it anew"
+NEWER_WORKFLOW_REASON = (
+    "it is a workflow stored in a format newer than this release reads: act on it from a newer release"
+)
 
 
 class Operations:
@@ -353,6 +356,16 @@ class Operations:
             )
             skipped += [(ref, WORKFLOW_RUN_REASON) for ref in acted if ref.id in workflows]
             acted = [ref for ref in acted if ref.id not in workflows]
+        if action in (Action.CANCEL, Action.DELETE):
+            waiting = [ref for ref in acted if ref.state == TaskState.WAITING]
+            newer = set().union(
+                *(
+                    workflow.newer_workflows(self.broker, name, ids)
+                    for name, ids in _by_queue(waiting).items()
+                )
+            )
+            skipped += [(ref, NEWER_WORKFLOW_REASON) for ref in acted if ref.id in newer]
+            acted = [ref for ref in acted if ref.id not in newer]
         count = listeners = 0
         if action == Action.CANCEL:
             for ref in acted:

@@ -11,14 +11,17 @@ import re
 from contextlib import contextmanager
 
 import pytest
+from django.contrib.auth.models import User
 
 from django_rtq.broker import TaskMessage, TaskState, manual
 from django_rtq.broker import message as message_module
 from django_rtq.broker.attempt import AttemptInfo, check_info_version, info_version, parse_info
 from django_rtq.broker.scripts import LUA_DIR
+from django_rtq.broker.states import Action
 from django_rtq.broker.versions import INFO_FORMAT, MESSAGE_FORMAT, WORKFLOW_FORMAT, NewerFormat
 from django_rtq.broker.workflow import NewerWorkflow, cancel_workflow, child_outcome, start_postponed
 from django_rtq.connection import get_broker, reset_broker
+from django_rtq.operations import NEWER_WORKFLOW_REASON, Operations
 from django_rtq.worker.commander import CommandRetries
 from django_rtq.workflows import apply_due, chain, group
 from tests.support.factories import EMAILS, WORKER, claim_ids, enqueue
@@ -291,3 +294,18 @@ def test_a_command_for_a_workflow_of_a_newer_format_waits_for_a_newer_worker(
             message="the workflow to finish",
         )
     assert (done.state, done.result) == (TaskState.COMPLETED, 50)
+
+
+@pytest.mark.django_db
+def test_cancelling_or_deleting_a_workflow_of_a_newer_format_by_hand_is_refused_with_the_reason(
+    broker, redis_client, prefix
+):
+    workflow_id = chain(mark.s("newer", 1), mark.s("newer", 2), retention=KEEP).enqueue()
+    newer(redis_client, broker, workflow_id)
+    before = snapshot(redis_client, prefix)
+    ops = Operations(User.objects.create_superuser("root", "root@example.com", None))
+    for action in (Action.CANCEL, Action.DELETE):
+        report = ops.act(action, [workflow_id])
+        assert report.count == 0
+        assert [reason for _, reason in report.skipped] == [NEWER_WORKFLOW_REASON]
+    assert snapshot(redis_client, prefix) == before

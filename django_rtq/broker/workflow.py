@@ -18,7 +18,7 @@ import redis
 
 from .broker import Broker
 from .errors import translate_errors
-from .versions import NewerFormat
+from .versions import WORKFLOW_FORMAT, NewerFormat
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +99,23 @@ def activate(
         plan,
     ]
     return broker.run_script("activate", keys, args)
+
+
+def newer_workflows(broker: Broker, queue: str, workflow_ids: Sequence[str]) -> set[str]:
+    """Those of the workflows whose hash is of a format newer than this release reads (their
+    scripts refuse them: a worker of a newer release is to change them)."""
+    if not workflow_ids:
+        return set()
+    with translate_errors():
+        pipe = broker.client.pipeline(transaction=False)
+        for workflow_id in workflow_ids:
+            pipe.hget(broker.queue(queue).workflow(workflow_id), "v")
+        versions = pipe.execute()
+    return {
+        workflow_id
+        for workflow_id, version in zip(workflow_ids, versions, strict=True)
+        if version is not None and (not version.isdigit() or int(version) > WORKFLOW_FORMAT)
+    }
 
 
 def _workflow_keys(broker: Broker, queue: str, workflow_id: str) -> list[str]:
