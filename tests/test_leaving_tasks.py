@@ -7,14 +7,19 @@ stand for workers of two releases, on a real Redis."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from django_rtq import registry
 from django_rtq.broker import TaskMessage, TaskState, manual
+from django_rtq.broker.claims import PARKED_BASE
+from django_rtq.broker.limits import HELD_BASE
+from django_rtq.broker.message import MIN_PRIORITY
 from django_rtq.broker.versions import INFO_FORMAT, MESSAGE_FORMAT
 from django_rtq.broker.waiting import (
     NEWER_FORMAT,
@@ -291,3 +296,11 @@ def test_a_task_whose_info_is_of_a_newer_format_waits_too(broker, worker_of, red
     [waiting] = waiting_for_worker(broker, QUEUE)
     assert (waiting.why, waiting.count) == (NEWER_FORMAT, 1)
     assert "its stored info is of format version" in waiting.reason
+
+
+def test_parked_base_is_the_same_in_python_and_lua_and_above_every_held_score():
+    lib = (Path(__file__).parent.parent / "django_rtq/broker/lua/_lib.lua").read_text()
+    assert int(re.search(r"^local PARKED_BASE = (\d+)$", lib, re.M)[1]) == PARKED_BASE
+    lowest_priority_band = (100 - MIN_PRIORITY) * 10**13
+    assert HELD_BASE + lowest_priority_band + 10**13 < PARKED_BASE
+    assert PARKED_BASE + lowest_priority_band + 10**13 < 2**53  # still exact in a double

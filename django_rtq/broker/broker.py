@@ -25,14 +25,13 @@ import redis.cluster
 from ..defaults import DEFAULT_KEY_PREFIX, DEFAULT_LEASE_SECONDS, DEFAULT_STATS_TTL_SECONDS
 from ..exceptions import DuplicateTask, TaskIdConflict
 from .attempt import parse_info
-from .claims import Claimed, ClaimedTask, Completion
+from .claims import NO_ABILITIES, PARKED_BASE, Abilities, Claimed, ClaimedTask, Completion, read_claim_notes
 from .errors import passes_by_itself, translate_errors
 from .keys import Keyspace, QueueKeys
 from .limits import LimitsSource, no_limits
 from .message import TaskMessage
 from .scripts import load_scripts
 from .states import TaskState
-from .waiting import NO_ABILITIES, PARKED_BASE, Abilities, read_claim_notes
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,9 @@
-"""What a claim hands a worker (ClaimedTask, Claimed) and what the worker settles (Completion)."""
+"""What a worker tells a claim (Abilities), what a claim hands it (ClaimedTask, Claimed), and what
+the worker settles (Completion)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,3 +53,38 @@ class Completion:
     times: tuple[float, float] | None = None
     # a workflow's child: the command to its workflow, up to the result (see child_notice)
     notify: str = ""
+
+
+#: Added to a parked task's pending score: after every task that can run, and after the held
+#: ones (limits.HELD_BASE; held scores stay below 6.1e15), still an exact integer in a double.
+#: The same as PARKED_BASE in _lib.lua (a test checks).
+PARKED_BASE = 6_500_000_000_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Abilities:
+    """What a worker tells each claim of what its release cannot run, each "\n"-joined: the
+    task types it does not know (their tasks are parked as the claim passes them), and the
+    parked kinds it has judged it can run (taken first) or cannot."""
+
+    unknown_types: str = ""
+    can_run: str = ""
+    cannot_run: str = ""
+
+
+NO_ABILITIES = Abilities()
+
+
+def read_claim_notes(notes: str) -> tuple[tuple[str, ...], dict[str, str]]:
+    """A claim's notes (claim.lua): the parked kinds the worker has not judged yet, and for each
+    task taken from a kind of arguments that did not bind, the fingerprints that refused them."""
+    try:
+        data = json.loads(notes)
+    except ValueError:
+        return (), {}
+    kinds = data.get("kinds") if isinstance(data, dict) else None
+    refused_by = data.get("refused_by") if isinstance(data, dict) else None
+    return (
+        tuple(kind for kind in kinds if isinstance(kind, str)) if isinstance(kinds, list) else (),
+        {k: v for k, v in refused_by.items() if isinstance(v, str)} if isinstance(refused_by, dict) else {},
+    )

@@ -17,12 +17,12 @@ import redis
 from ..exceptions import TaskNotFound
 from .attempt import AttemptInfo
 from .broker import Broker, utc_day
+from .claims import PARKED_BASE
 from .errors import translate_errors
 from .limits import HELD_BASE, QUEUE_SCOPE, Limit, bucket_tokens
 from .message import TaskMessage
 from .states import TaskState
 from .timings import Histogram, histograms
-from .waiting import PARKED_BASE
 
 logger = logging.getLogger(__name__)
 

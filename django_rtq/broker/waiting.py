@@ -18,11 +18,6 @@ from .errors import translate_errors
 if TYPE_CHECKING:
     from .broker import Broker
 
-#: Added to a parked task's pending score: after every task that can run, and after the held
-#: ones (limits.HELD_BASE; held scores stay below 6.1e15), still an exact integer in a double.
-#: The same as PARKED_BASE in _lib.lua (a test checks).
-PARKED_BASE = 6_500_000_000_000_000
-
 #: Why a worker left a task: its type is unknown to it, its stored format is newer than it reads,
 #: or its arguments do not bind to its handler's signature.
 UNKNOWN_TYPE = "type"
@@ -32,35 +27,6 @@ UNBOUND_ARGUMENTS = "args"
 KIND_SEPARATOR = "\1"
 #: Parked kinds a reader looks at, at most (each is one round trip of a ZLEXCOUNT).
 KINDS_SCAN = 100
-
-
-@dataclass(frozen=True, slots=True)
-class Abilities:
-    """What a worker tells each claim of what its release cannot run, each "\n"-joined: the
-    task types it does not know (their tasks are parked as the claim passes them), and the
-    parked kinds it has judged it can run (taken first) or cannot."""
-
-    unknown_types: str = ""
-    can_run: str = ""
-    cannot_run: str = ""
-
-
-NO_ABILITIES = Abilities()
-
-
-def read_claim_notes(notes: str) -> tuple[tuple[str, ...], dict[str, str]]:
-    """A claim's notes (claim.lua): the parked kinds the worker has not judged yet, and for each
-    task taken from a kind of arguments that did not bind, the fingerprints that refused them."""
-    try:
-        data = json.loads(notes)
-    except ValueError:
-        return (), {}
-    kinds = data.get("kinds") if isinstance(data, dict) else None
-    refused_by = data.get("refused_by") if isinstance(data, dict) else None
-    return (
-        tuple(kind for kind in kinds if isinstance(kind, str)) if isinstance(kinds, list) else (),
-        {k: v for k, v in refused_by.items() if isinstance(v, str)} if isinstance(refused_by, dict) else {},
-    )
 
 
 def kind_of(task: str, why: str, refused_by: tuple[str, ...] = ()) -> str:

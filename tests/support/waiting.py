@@ -6,8 +6,9 @@ from __future__ import annotations
 import uuid
 
 from django_rtq.broker import Broker, TaskMessage
+from django_rtq.broker.claims import Abilities
 from django_rtq.broker.message import MAX_PRIORITY
-from django_rtq.broker.waiting import UNKNOWN_TYPE, Abilities, kind_of
+from django_rtq.broker.waiting import UNKNOWN_TYPE, kind_of
 from tests.support.clock import START_TIME
 
 #: A task type no module defines: no worker of any release can run it.

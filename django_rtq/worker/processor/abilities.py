@@ -10,13 +10,12 @@ import time
 
 from ...broker import ClaimedTask, TaskMessage
 from ...broker.attempt import check_info_version
+from ...broker.claims import NO_ABILITIES, Abilities
 from ...broker.versions import INFO_FORMAT, MESSAGE_FORMAT, NewerFormat
 from ...broker.waiting import (
     NEWER_FORMAT,
-    NO_ABILITIES,
     UNBOUND_ARGUMENTS,
     UNKNOWN_TYPE,
-    Abilities,
     kind_of,
     parse_kind,
 )
