@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 
 from django_rtq.broker import TaskMessage, TaskState, manual
+from django_rtq.broker.waiting import waiting_for_worker
 from django_rtq.exceptions import BrokerUnavailable, DuplicateTask
 from django_rtq.worker.processor import Processor
 from django_rtq.worker.processor.fetcher import SHORT_TASKS_BUFFER
@@ -75,7 +76,7 @@ def test_a_non_retryable_error_archives_at_once(run_worker, inspector, redis_cli
     assert archived.info["error_type"] == "django_rtq.exceptions.NonRetryableError"
 
 
-def test_unknown_task_types_and_corrupt_payloads_are_archived_and_the_worker_goes_on(
+def test_corrupt_payloads_are_archived_tasks_of_unknown_types_wait_and_the_worker_goes_on(
     run_worker, inspector, broker, redis_client
 ):
     unknown = TaskMessage(id="unknown-type", task="no.such.task", queue="default", max_retries=5)
@@ -83,13 +84,17 @@ def test_unknown_task_types_and_corrupt_payloads_are_archived_and_the_worker_goe
     corrupt = tasks.record.using(task_id="corrupt").enqueue("never")
     redis_client.hset(broker.queue("default").msg, corrupt.id, "{not json")
     with run_worker():
-        first = wait_state(inspector, "unknown-type", TaskState.ARCHIVED)
         second = wait_state(inspector, "corrupt", TaskState.ARCHIVED)
+        wait_for(lambda: waiting_for_worker(broker, "default"))
         tasks.record.enqueue("after")
         wait_for(lambda: reports(redis_client, "after"))
-    assert "unknown task type 'no.such.task'" in first.last_error
     assert "corrupt" in second.last_error
     assert reports(redis_client, "never") == []
+    [waiting] = waiting_for_worker(broker, "default")
+    assert (waiting.task, waiting.count) == ("no.such.task", 1)
+    assert waiting.reason == "unknown task type 'no.such.task'"
+    left = inspector.get_task("unknown-type")
+    assert left.state == TaskState.PENDING and left.attempt.retried == 0 and not left.last_error
 
 
 def test_a_task_past_its_timeout_fails_and_frees_its_slot(run_worker, inspector, redis_client):

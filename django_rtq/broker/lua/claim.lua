@@ -50,7 +50,8 @@
 -- lets a waiting task start, or because the claim stopped short (0: at once; -1: no such wait,
 -- a freed concurrency slot wakes the workers instead); 1 when tasks the limits let start wait
 -- only for a free thread of this worker (0 otherwise); and notes for the worker, JSON or "":
--- "kinds", parked kinds it was told neither way of (it says at its next claim), and
+-- "kinds", parked kinds it was told neither way of (it says at its next claim, made at once:
+-- this one took nothing from pending, so that tasks it can run of those kinds go first), and
 -- "refused_by", for each task taken from a kind of arguments that did not bind, the
 -- fingerprints that refused them.
 local pending, active, state, owner, msg, info, paused, idle, runs, unstarted =
@@ -397,7 +398,9 @@ local limited = ARGV[7] ~= '' or redis.call('EXISTS', fc.held) == 1
 local parked_exist = redis.call('EXISTS', wk.p.parked) == 1
 if not limited then
   if parked_exist then ids = take_parked(limit, false) end
-  if #ids < limit and (wk.leave or parked_exist) then
+  if #wk.notes.kinds > 0 then
+    -- kinds the worker has not judged: it judges them and claims again, before anything pending
+  elseif #ids < limit and (wk.leave or parked_exist) then
     for _, id in ipairs(take_plain(limit - #ids)) do ids[#ids + 1] = id end
   elseif #ids < limit then
     local popped = redis.call('ZPOPMIN', pending, limit - #ids)
@@ -416,8 +419,10 @@ else
   end
   if want > 0 then
     if parked_exist then ids = take_parked(want, true) end
-    if want > #ids then release_held(want - #ids) end
-    for _, id in ipairs(take_under_limits(want - #ids, #ids)) do ids[#ids + 1] = id end
+    if #wk.notes.kinds == 0 then
+      if want > #ids then release_held(want - #ids) end
+      for _, id in ipairs(take_under_limits(want - #ids, #ids)) do ids[#ids + 1] = id end
+    end
     save_use()
   end
   if fc.thread_bound and claimable_count(pending) == 0 then fc.thread_bound = false end

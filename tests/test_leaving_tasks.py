@@ -1,0 +1,249 @@
+"""A worker runs only what its release can run and leaves the rest, uncounted, for a worker that
+can: tasks of a type it does not know, or whose arguments do not fit its handler, wait (parked)
+without being claimed again and again; a worker able to run them takes them first; after the
+grace with no such worker they are archived saying why. Processors driven one round at a time
+stand for workers of two releases, on a real Redis."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from django_rtq import registry
+from django_rtq.broker import TaskMessage, TaskState, manual
+from django_rtq.broker.waiting import UNBOUND_ARGUMENTS, UNKNOWN_TYPE, parse_kind, waiting_for_worker
+from django_rtq.context import set_current_task
+from django_rtq.exceptions import NoWorkerCanRun
+from django_rtq.worker.janitor import Janitor
+from django_rtq.worker.processor import Processor
+from django_rtq.worker.syncer import Syncer
+from tests.support.factories import forget
+from tests.support.reading import column, ids_in
+from tests.support.runs import reports
+from tests.testapp import tasks
+
+pytestmark = pytest.mark.django_db
+
+QUEUE = "default"
+NEW_TYPE = "tests.release_b.tasks.welcome"
+
+
+@pytest.fixture
+def worker_of(broker):
+    """Make processors (workers, one claim round at a time) of the release the registry holds now."""
+    made = []
+
+    def make(worker_id: str) -> Processor:
+        processor = Processor(
+            broker=broker, worker_id=worker_id, queues={QUEUE: 1}, concurrency=4, syncer=Syncer(interval=1)
+        )
+        made.append(processor)
+        return processor
+
+    yield make
+    for processor in made:
+        processor.fetcher.leave_idle()
+    set_current_task(None)
+
+
+@contextmanager
+def registered(name: str, func, **options) -> Iterator[registry.TaskType]:
+    """A task type of a newer release: registered for the block only."""
+    task_type = registry.task(name=name, **options)(func)
+    try:
+        yield task_type
+    finally:
+        forget(name)
+
+
+def welcome(n):
+    tasks.report("welcome", n)
+    return n
+
+
+def run_all(processor: Processor) -> list[str]:
+    """Run every job the processor holds, settle them; return their ids."""
+    work = processor.jobs.work
+    jobs = [work.get_nowait() for _ in range(processor.jobs.queued)]
+    for job in jobs:
+        assert processor.executor.run(job)
+    processor.settler.run_once()
+    return [job.id for job in jobs]
+
+
+def enqueue_new(broker, count: int, **fields) -> list[str]:
+    """Enqueue tasks of a type this release does not have, as the web tier of the next one would."""
+    messages = [
+        TaskMessage(id=f"new-{i}", task=NEW_TYPE, queue=QUEUE, args=[i], **{"retention": 60, **fields})
+        for i in range(count)
+    ]
+    broker.enqueue(messages)
+    return [message.id for message in messages]
+
+
+def claims_of(broker, task_ids: list[str]) -> list[int]:
+    return [int(column(broker, QUEUE, "runs", task_id) or 0) for task_id in task_ids]
+
+
+def test_a_worker_leaves_tasks_of_a_type_it_does_not_know_uncounted_and_claims_them_only_once(
+    broker, worker_of, inspector
+):
+    old = worker_of("old-release")
+    ids = enqueue_new(broker, 3, max_retries=0)
+    known = [tasks.add.enqueue(i, 1).id for i in range(2)]
+
+    old.fetcher.run_once()
+    assert sorted(run_all(old)) == sorted(known)
+    assert claims_of(broker, ids) == [1, 1, 1]
+    [waiting] = waiting_for_worker(broker, QUEUE)
+    assert (waiting.task, waiting.why, waiting.count) == (NEW_TYPE, UNKNOWN_TYPE, 3)
+    assert waiting.reason == f"unknown task type {NEW_TYPE!r}"
+    for task_id in ids:
+        task = inspector.get_task(task_id)
+        assert task.state == TaskState.PENDING and task.attempt.retried == 0 and not task.last_error
+
+    # More of them, among tasks it knows: the claim passes over them without handing them out.
+    broker.enqueue([TaskMessage(id="new-late", task=NEW_TYPE, queue=QUEUE)])
+    later = [tasks.add.enqueue(5, 5).id]
+    old.fetcher.run_once()
+    old.fetcher.run_once()
+    assert run_all(old) == later
+    assert claims_of(broker, ids) == [1, 1, 1]  # not claimed again
+    assert claims_of(broker, ["new-late"]) == [0]  # parked as the claim passed it
+    assert waiting_for_worker(broker, QUEUE)[0].count == 4
+    assert ids_in(broker, QUEUE, TaskState.ARCHIVED) == []
+
+
+def test_a_worker_of_the_release_that_knows_the_type_takes_the_waiting_tasks_first(
+    broker, worker_of, inspector, redis_client
+):
+    old = worker_of("old-release")
+    ids = enqueue_new(broker, 3)
+    old.fetcher.run_once()
+    assert old.jobs.queued == 0
+
+    with registered(NEW_TYPE, welcome):
+        new = worker_of("new-release")
+        behind = tasks.add.enqueue(1, 1).id
+        assert new.fetcher.run_once() is True  # it judged the waiting kind: it claims again at once
+        new.fetcher.run_once()
+        ran = run_all(new)
+    assert ran[:3] == ids and ran[3:] == [behind]
+    assert sorted(reports(redis_client, "welcome")) == ["0", "1", "2"]
+    for task_id in ids:
+        task = inspector.get_task(task_id)
+        assert task.state == TaskState.COMPLETED and task.attempt.retried == 0
+    assert waiting_for_worker(broker, QUEUE) == []
+    assert redis_client.exists(broker.queue(QUEUE).parked, broker.queue(QUEUE).parked_kinds) == 0
+
+
+def old_c(i):
+    tasks.report("c", f"{i}")
+
+
+def new_c(i, j=0):
+    tasks.report("c", f"{i}:{j}")
+
+
+def other_c(i, k=0):
+    tasks.report("c", f"other {i}:{k}")
+
+
+def test_arguments_that_do_not_fit_a_release_wait_for_one_they_fit(
+    broker, worker_of, inspector, redis_client
+):
+    name = "tests.release_b.tasks.c"
+    enqueued = TaskMessage(id="c-1", task=name, queue=QUEUE, args=[1], kwargs={"j": 1}, retention=60)
+    broker.enqueue([enqueued])
+    with registered(name, old_c):
+        old = worker_of("old-release")
+        old.fetcher.run_once()
+        [waiting] = waiting_for_worker(broker, QUEUE)
+        assert (waiting.task, waiting.why, waiting.count) == (name, UNBOUND_ARGUMENTS, 1)
+        assert "unexpected keyword argument 'j'" in waiting.reason
+        old.fetcher.run_once()
+        assert claims_of(broker, ["c-1"]) == [1]
+    with registered(name, other_c):  # a second release it does not fit either
+        other = worker_of("other-release")
+        other.fetcher.run_once()
+        other.fetcher.run_once()
+        assert claims_of(broker, ["c-1"]) == [2]
+        [kind] = redis_client.hkeys(broker.queue(QUEUE).parked_kinds)
+        assert len(parse_kind(kind)[2]) == 2  # both releases refused it: neither takes it again
+    with registered(name, old_c):
+        old.fetcher.run_once()
+        assert claims_of(broker, ["c-1"]) == [2]
+    with registered(name, new_c):
+        new = worker_of("new-release")
+        new.fetcher.run_once()
+        new.fetcher.run_once()
+        assert run_all(new) == ["c-1"]
+    assert reports(redis_client, "c") == ["1:1"]
+    done = inspector.get_task("c-1")
+    assert done.state == TaskState.COMPLETED and done.attempt.retried == 0
+
+
+def test_tasks_no_worker_took_for_the_grace_are_archived_saying_why_and_can_run_again(
+    broker, worker_of, inspector, clock
+):
+    broker.clock = clock
+    ids = enqueue_new(broker, 2)
+    worker_of("old-release").fetcher.run_once()
+    janitor = Janitor(
+        broker=broker,
+        queues=[QUEUE],
+        interval=1,
+        archive_max_age=3600,
+        archive_max_size=100,
+        no_worker_grace=600,
+    )
+    clock.advance(599)
+    assert janitor.archive_waited(QUEUE) == 0
+    clock.advance(2)
+    assert janitor.archive_waited(QUEUE) == 2
+
+    for task_id in ids:
+        task = inspector.get_task(task_id)
+        assert task.state == TaskState.ARCHIVED
+        assert task.attempt.error_type == "django_rtq.exceptions.NoWorkerCanRun"
+        assert task.last_error == f"no worker could run it for 0.166667 h: unknown task type {NEW_TYPE!r}"
+    assert waiting_for_worker(broker, QUEUE) == []
+    assert manual.run_now(broker, QUEUE, ids) == 2
+    assert sorted(ids_in(broker, QUEUE, TaskState.PENDING)) == sorted(ids)
+    assert NoWorkerCanRun.__module__ == "django_rtq.exceptions"
+
+
+def test_a_renamed_task_type_runs_the_tasks_queued_under_its_old_name(broker, worker_of, redis_client):
+    broker.enqueue([TaskMessage(id="old-name", task="tests.old_module.greet", queue=QUEUE, args=[7])])
+    with registered("tests.new_module.greet", welcome, aliases=["tests.old_module.greet"]):
+        assert registry.find_task_type("tests.old_module.greet").name == "tests.new_module.greet"
+        worker = worker_of("renamed")
+        worker.fetcher.run_once()
+        assert run_all(worker) == ["old-name"]
+    assert reports(redis_client, "welcome") == ["7"]
+    assert registry.find_task_type("tests.old_module.greet") is None
+
+
+def test_an_alias_may_not_name_another_task_type():
+    with (
+        pytest.raises(ImproperlyConfigured, match=r"cannot take the alias 'tests\.testapp\.tasks\.add'"),
+        registered("tests.new_module.adder", welcome, aliases=["tests.testapp.tasks.add"]),
+    ):
+        pass
+
+
+def test_waiting_tasks_of_a_limited_type_start_within_its_limits(broker, worker_of):
+    ids = enqueue_new(broker, 3)
+    worker_of("old-release").fetcher.run_once()
+    with registered(NEW_TYPE, welcome, max_concurrency=1):
+        new = worker_of("new-release")
+        new.fetcher.run_once()
+        new.fetcher.run_once()
+        assert new.jobs.queued == 1  # one slot: one of them started
+        assert run_all(new) == ids[:1]
+        new.fetcher.run_once()
+        assert run_all(new) == ids[1:2]
+    assert waiting_for_worker(broker, QUEUE)[0].count == 1
