@@ -85,7 +85,7 @@ __all__ = [
     "get_broker",
     "task",
 ]
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def __getattr__(name: str) -> Any:

@@ -1,14 +1,17 @@
 """System checks: settings.RTQ, the Redis connection settings, settings.TASKS (its queues, and
-whether the `django.tasks` API is installed), and Redis itself.
+whether the `django.tasks` API is installed), and Redis itself: reachable, and not shared with
+another project's workers under the same key prefix.
 
 All are tagged "django_rtq" but the outbox's table check (W008), a database check that Django
 runs only when asked for databases (`manage.py check --database default`, `migrate`). Only
-`check_redis_reachable` does network I/O, so it is a deployment check (`manage.py check
---deploy`), tagged "redis" too: `manage.py check --deploy --tag redis`.
+`check_redis_reachable` and `check_other_projects` do network I/O, so they are deployment
+checks (`manage.py check --deploy`), tagged "redis" too: `manage.py check --deploy --tag redis`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import import_module
 from typing import Any
 
@@ -17,9 +20,12 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections
 
+from .broker import Broker
+from .broker.inspect import Inspector
 from .conf import RTQSettings, get_settings, rtq_task_backends, validate_queue_name
 from .connection import redis_target
-from .redis_url import close_client, connect
+from .projects import SHARING_HINT, current_project, other_projects, sharing_problem
+from .redis_url import RedisTarget, close_client, connect
 
 TAG = "django_rtq"
 REDIS_TAG = "redis"
@@ -261,11 +267,9 @@ def check_redis_reachable(app_configs: Any = None, **kwargs: Any) -> list[checks
         target = redis_target(conf)
     except ImproperlyConfigured:
         return []  # E002 or E003 says why
-    timeouts = {"socket_connect_timeout": PING_TIMEOUT_SECONDS, "socket_timeout": PING_TIMEOUT_SECONDS}
-    client = None
     try:
-        client = connect(target, **timeouts)  # a cluster client connects here already
-        client.ping()
+        with _deploy_client(target) as client:
+            client.ping()
     except Exception as exc:  # any failure to reach Redis, whatever redis-py calls it
         return [
             checks.Warning(
@@ -275,10 +279,46 @@ def check_redis_reachable(app_configs: Any = None, **kwargs: Any) -> list[checks
                 id="django_rtq.W003",
             )
         ]
-    finally:
-        if client is not None:
-            close_client(client)
     return []
+
+
+@checks.register(TAG, REDIS_TAG, deploy=True)
+def check_other_projects(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """W009 (deployment only): live workers of another Django project use the same Redis
+    database and key prefix (django_rtq/projects.py); one warning per other project."""
+    conf = _settings()
+    if conf is None:
+        return []
+    try:
+        target = redis_target(conf)
+    except ImproperlyConfigured:
+        return []  # E002 or E003 says why
+    try:
+        with _deploy_client(target) as client:
+            inspector = Inspector(Broker(client, prefix=conf.KEY_PREFIX))
+            workers = inspector.worker_infos(inspector.live_worker_ids()).values()
+    except Exception:
+        return []  # W003 says why
+    return [
+        checks.Warning(
+            sharing_problem(others, conf.KEY_PREFIX),
+            hint=SHARING_HINT,
+            obj="settings.RTQ",
+            id="django_rtq.W009",
+        )
+        for others in other_projects(current_project(), workers).values()
+    ]
+
+
+@contextmanager
+def _deploy_client(target: RedisTarget) -> Iterator[Any]:
+    """A client of its own for a deployment check, that gives up on an unreachable Redis soon."""
+    timeouts = {"socket_connect_timeout": PING_TIMEOUT_SECONDS, "socket_timeout": PING_TIMEOUT_SECONDS}
+    client = connect(target, **timeouts)  # a cluster client connects here already
+    try:
+        yield client
+    finally:
+        close_client(client)
 
 
 def _shorten(text: str) -> str:

@@ -28,6 +28,7 @@ from .broker.inspect import NAME_SEARCH_SCAN, Inspector, LimitUse, QueueStats, T
 from .broker.limits import QUEUE_SCOPE
 from .broker.states import Action, TaskState, allows, skip_reason
 from .broker.timings import Histogram
+from .broker.waiting import WaitingKind, waiting_for_worker
 from .conf import get_settings
 from .connection import get_broker
 from .exceptions import BulkJobNotFound, InvalidStateTransition, QueueNotFound, TaskNotFound
@@ -224,6 +225,15 @@ class Operations:
 
     def _limit_use(self, queue: str) -> list[LimitUse]:
         return self.inspector.limit_use(queue, project_limits().for_queue(queue))
+
+    # Tasks waiting for a worker that can run them (broker/waiting.py)
+
+    def waiting_for_worker(self, queue: str) -> list[WaitingKind]:
+        """The kinds of a queue's pending tasks that no worker seen so far could run (an unknown
+        type, a stored format newer than it reads, arguments its handler refuses), each with
+        how many wait, since when and why, by task name. One HGETALL when none wait."""
+        self.require(VIEW_LIVE)
+        return waiting_for_worker(self.broker, queue)
 
     # Reading tasks
 

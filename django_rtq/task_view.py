@@ -57,6 +57,7 @@ class TaskView:
     owner: str | None = None  # the worker holding an active task
     score_at: float | None = None  # state_at in epoch seconds
     held: bool = False
+    waits_for_worker: bool = False  # left by a worker that could not run it, for one that can
     workflow: dict[str, Any] | None = None
     children: list[Any] = field(default_factory=list)  # a workflow's running (or recorded) children
 
@@ -117,6 +118,7 @@ def view_of_live_task(task: TaskInfo, held_back: str | None = None) -> TaskView:
         owner=task.owner,
         score_at=task.score_at,
         held=task.held,
+        waits_for_worker=task.waits_for_worker,
         workflow=task.workflow,
         children=task.children or _list(attempt.get("children")),
     )

@@ -4,7 +4,8 @@ import json
 import os
 import tempfile
 
-SECRET_KEY = "tests-only"
+# A worker process of "another project" gets a key of its own (tests/test_projects_sharing_redis.py).
+SECRET_KEY = os.environ.get("RTQ_TEST_SECRET_KEY", "tests-only")
 DEBUG = False
 USE_TZ = True
 INSTALLED_APPS = [

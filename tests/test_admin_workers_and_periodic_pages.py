@@ -33,6 +33,8 @@ def test_the_workers_page_lists_each_worker_and_what_it_runs(broker, superuser_c
     [described] = page.context["workers"]
     assert described["concurrency"] == 3
     assert described["free"] == 2
+    assert described["settings"] == "tests.settings"
+    assert "<code>tests.settings</code>" in page.text
     assert [task["id"] for task in described["tasks"]] == [message.id]
     assert "1 live worker, running 1 task of 3 at most." in text(page)
     assert f'href="{task_url(message.id, "default")}"' in page.text

@@ -634,6 +634,8 @@ def test_workers_are_listed(api, run_worker):
     assert [w["id"] for w in workers] == [worker.id]
     assert workers[0]["queues"] == {"default": 2}
     assert workers[0]["active"] == []
+    assert workers[0]["settings"] == "tests.settings"
+    assert len(workers[0]["project"]) == 12
 
 
 # Finished tasks
@@ -723,6 +725,7 @@ def test_the_schema_describes_the_api(api):
         "EnqueuedStateEnum",
         "StatusEnum",
         "TaskStateEnum",
+        "WhyEnum",  # why tasks wait for a worker that can run them
     ]
     assert not any(path.endswith("schema/") for path in schema["paths"])
 

@@ -164,6 +164,7 @@ def test_stats_as_json(rtq: Broker, clock: FakeClock):
                 "waiting": 0,
                 "size": 10,
                 "limits": [],  # no flow-control limit, no use (tests/test_flow_control_surfaces.py)
+                "waiting_for_worker": [],  # tests/test_waiting_for_worker_surfaces.py
             }
         ],
         "outbox": {"waiting": 0, "oldest": None, "oldest_age_seconds": None, "failing": 0},

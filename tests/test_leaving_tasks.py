@@ -6,6 +6,7 @@ stand for workers of two releases, on a real Redis."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -14,11 +15,19 @@ from django.core.exceptions import ImproperlyConfigured
 
 from django_rtq import registry
 from django_rtq.broker import TaskMessage, TaskState, manual
-from django_rtq.broker.waiting import UNBOUND_ARGUMENTS, UNKNOWN_TYPE, parse_kind, waiting_for_worker
+from django_rtq.broker.versions import INFO_FORMAT, MESSAGE_FORMAT
+from django_rtq.broker.waiting import (
+    NEWER_FORMAT,
+    UNBOUND_ARGUMENTS,
+    UNKNOWN_TYPE,
+    parse_kind,
+    waiting_for_worker,
+)
 from django_rtq.context import set_current_task
 from django_rtq.exceptions import NoWorkerCanRun
 from django_rtq.worker.janitor import Janitor
 from django_rtq.worker.processor import Processor
+from django_rtq.worker.processor.abilities import can_run
 from django_rtq.worker.syncer import Syncer
 from tests.support.factories import forget
 from tests.support.reading import column, ids_in
@@ -247,3 +256,36 @@ def test_waiting_tasks_of_a_limited_type_start_within_its_limits(broker, worker_
         new.fetcher.run_once()
         assert run_all(new) == ids[1:2]
     assert waiting_for_worker(broker, QUEUE)[0].count == 1
+
+
+def newer_message(task: str) -> str:
+    """A message as the next release would store it: a format version above this one's, and a
+    field this release does not know."""
+    return json.dumps({"task": task, "v": MESSAGE_FORMAT + 1, "args": [1], "weight": 3, "enqueued_at": 1.0})
+
+
+def test_a_task_stored_in_a_newer_format_waits_for_a_release_that_reads_it(broker, worker_of, redis_client):
+    tasks.add.using(task_id="newer").enqueue(1, 2)
+    redis_client.hset(broker.queue(QUEUE).msg, "newer", newer_message("tests.testapp.tasks.add"))
+    worker = worker_of("this-release")
+    worker.fetcher.run_once()
+    worker.fetcher.run_once()
+    assert worker.jobs.queued == 0
+    assert claims_of(broker, ["newer"]) == [1]
+    [waiting] = waiting_for_worker(broker, QUEUE)
+    assert (waiting.task, waiting.why, waiting.count) == ("tests.testapp.tasks.add", NEWER_FORMAT, 1)
+    newer, readable = MESSAGE_FORMAT + 1, MESSAGE_FORMAT
+    assert waiting.reason == f"its stored message is of format version {newer}; this release reads up to {readable}"
+    assert ids_in(broker, QUEUE, TaskState.ARCHIVED) == []
+    assert not can_run(redis_client.hkeys(broker.queue(QUEUE).parked_kinds)[0])
+
+
+def test_a_task_whose_info_is_of_a_newer_format_waits_too(broker, worker_of, redis_client):
+    tasks.add.using(task_id="newer-info").enqueue(1, 2)
+    redis_client.hset(
+        broker.queue(QUEUE).info, "newer-info", json.dumps({"v": INFO_FORMAT + 1, "retried": 1})
+    )
+    worker_of("this-release").fetcher.run_once()
+    [waiting] = waiting_for_worker(broker, QUEUE)
+    assert (waiting.why, waiting.count) == (NEWER_FORMAT, 1)
+    assert "its stored info is of format version" in waiting.reason

@@ -16,6 +16,7 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from ..broker import TaskState
+from ..broker.waiting import WaitingKind
 from ..exceptions import BrokerUnavailable
 from ..operations import Operations
 
@@ -96,6 +97,18 @@ def admin_url(model_admin: ModelAdmin, name: str, *args: Any, query: dict[str, A
     url = reverse(f"{model_admin.admin_site.name}:{url_name(name)}", args=args)
     present = {key: value for key, value in (query or {}).items() if value not in (None, "")}
     return f"{url}?{urlencode(present)}" if present else url
+
+
+def waiting_group(model_admin: ModelAdmin, queue: str, kinds: list[WaitingKind]) -> dict[str, Any]:
+    """A queue's kinds of tasks waiting for a worker that can run them, with where to see them: the
+    pending list read from its end, where they wait after every task that can run."""
+    return {
+        "queue": queue,
+        "kinds": kinds,
+        "pending_url": admin_url(
+            model_admin, "tasks", TaskState.PENDING, query={"queue": queue, "order": "reverse"}
+        ),
+    }
 
 
 def url_name(name: str) -> str:

@@ -1,5 +1,5 @@
-"""The dashboard: every queue's tasks per state, counters and memory, the outbox, flow control,
-workers, bulk jobs, a history chart."""
+"""The dashboard: every queue's tasks per state, counters and memory, the outbox, tasks waiting for
+a worker that can run them, flow control, workers, bulk jobs, a history chart."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from ..formats import django_datetime, format_duration
 from ..operations import Operations
 from .bulk import describe_job
 from .charts import history_chart
-from .common import STATES, admin_url, live_view, page_context, task_url
+from .common import STATES, admin_url, live_view, page_context, task_url, waiting_group
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +63,11 @@ def dashboard(request: HttpRequest, model_admin: ModelAdmin, ops: Operations) ->
         outbox=describe_outbox(model_admin, ops),
         workers=describe_workers(model_admin, ops),
         bulk_jobs=[describe_job(model_admin, job) for job in recent_jobs(ops.bulk_jobs())],
+        waiting_for_worker=[
+            waiting_group(model_admin, name, kinds)
+            for name in names
+            if (kinds := ops.waiting_for_worker(name))
+        ],
         flow_control=[
             {
                 "queue": name,
@@ -158,6 +163,7 @@ def describe_workers(model_admin: ModelAdmin, ops: Operations) -> list[dict[str,
                 "id": worker.get("id"),
                 "host": worker.get("host"),
                 "pid": worker.get("pid"),
+                "settings": worker.get("settings"),
                 "queues": queues or [],
                 "concurrency": worker.get("concurrency"),
                 "started_at": django_datetime(worker.get("started_at")),

@@ -18,13 +18,14 @@ from ..broker.attempt import AttemptInfo
 from ..broker.inspect import NAME_SEARCH_SCAN, TaskInfo
 from ..broker.message import OPTION_FIELDS
 from ..broker.states import Action
+from ..broker.waiting import WaitingKind
 from ..exceptions import TaskNotFound
 from ..formats import django_datetime, format_duration
 from ..operations import Operations
 from ..permissions import VIEW_HISTORY
 from ..task_view import TaskView, view_of_live_task
 from .actions import offers
-from .common import STATE_TIME_LABELS, STATES, admin_url, live_view, page_context, task_url
+from .common import STATE_TIME_LABELS, STATES, admin_url, live_view, page_context, task_url, waiting_group
 
 #: Tasks per page of a list, by default, and the sizes one may choose (`?per_page=`).
 PER_PAGE = 50
@@ -184,6 +185,7 @@ def task_list(request: HttpRequest, model_admin: ModelAdmin, ops: Operations, st
             (other, admin_url(model_admin, "tasks", other, query={"queue": queue})) for other in STATES
         ],
         total=counts[queue],
+        waiting_for_worker=waiting_group(model_admin, queue, ops.waiting_for_worker(queue)),
         name=name,
         task_id=task_id,
         scan_limit=NAME_SEARCH_SCAN,
@@ -228,6 +230,14 @@ def task_list(request: HttpRequest, model_admin: ModelAdmin, ops: Operations, st
     return TemplateResponse(request, "admin/django_rtq/task_list.html", context)
 
 
+def waiting_of(ops: Operations, task: TaskView) -> list[WaitingKind]:
+    """The kind a task waiting for a worker that can run it is of (all the queue's kinds when its
+    message cannot be read, which a newer stored format may be); none for any other task."""
+    if not task.waits_for_worker:
+        return []
+    return [kind for kind in ops.waiting_for_worker(task.queue) if task.task in (None, kind.task)]
+
+
 def page_size(asked: str | None) -> int:
     """The page size asked for if it is one of PAGE_SIZES, else the default."""
     try:
@@ -251,6 +261,7 @@ def task_row(model_admin: ModelAdmin, task: TaskView) -> dict[str, Any]:
         "at": django_datetime(task.score_at),
         "owner": task.owner,
         "held": task.held,
+        "waits_for_worker": task.waits_for_worker,
         "actions": offers(task.state),
     }
 
@@ -287,6 +298,7 @@ def task_detail(request: HttpRequest, model_admin: ModelAdmin, ops: Operations, 
         task=task,
         message=message,
         held_reason=task.held_back,
+        waiting_for_worker=waiting_group(model_admin, task.queue, waiting_of(ops, task)),
         list_url=admin_url(model_admin, "tasks", task.state, query={"queue": task.queue}),
         time_label=STATE_TIME_LABELS.get(task.state),
         at=django_datetime(task.score_at),

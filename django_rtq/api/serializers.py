@@ -10,6 +10,7 @@ from rest_framework import serializers
 
 from ..broker.message import MAX_PRIORITY, MIN_PRIORITY
 from ..broker.states import ACTION_STATES, BULK_ACTIONS, Action, ActionNotAllowed, TaskState, check_action
+from ..broker.waiting import NEWER_FORMAT, UNBOUND_ARGUMENTS, UNKNOWN_TYPE
 from ..models import FinishedTask
 from ..task_options import TASK_ID_PATTERN, TASK_ID_RULE
 
@@ -24,6 +25,12 @@ MAX_HISTORY_DAYS = 90
 
 STATE_CHOICES = [state.value for state in TaskState]
 BULK_ACTION_CHOICES = [action.value for action in BULK_ACTIONS]
+#: Why workers left a task for one that can run it (broker/waiting.py), with what it means.
+WAITING_WHY_CHOICES = [
+    (UNKNOWN_TYPE, "the workers do not know its type"),
+    (NEWER_FORMAT, "it is stored in a format newer than they read"),
+    (UNBOUND_ARGUMENTS, "its arguments do not bind to their handler's signature"),
+]
 
 
 class TaskStateField(serializers.ChoiceField):
@@ -242,6 +249,21 @@ class LimitUseSerializer(serializers.Serializer):
     )
 
 
+class WaitingKindSerializer(serializers.Serializer):
+    task = serializers.CharField(help_text="The task type's name, as the tasks were enqueued.")
+    why = serializers.ChoiceField(
+        choices=WAITING_WHY_CHOICES,
+        help_text="Why the workers that claimed them left them.",
+    )
+    count = serializers.IntegerField(help_text="Tasks of this kind waiting, pending.")
+    since = serializers.DateTimeField(
+        allow_null=True, help_text="Since when they wait with no worker taking them."
+    )
+    reason = serializers.CharField(
+        allow_blank=True, help_text="Why, for people: \"unknown task type 'shop.tasks.x'\"."
+    )
+
+
 class QueueSerializer(serializers.Serializer):
     queue = serializers.CharField()
     size = serializers.IntegerField()
@@ -260,6 +282,11 @@ class QueueSerializer(serializers.Serializer):
         many=True,
         help_text="Flow control: the queue's own limit, its task types', and any other in use in it, "
         "each with its use now.",
+    )
+    waiting_for_worker = WaitingKindSerializer(
+        many=True,
+        help_text="Pending tasks no worker seen so far could run, by task type and why: they wait "
+        "for a worker that can (a deploy with their type), after every task that can run.",
     )
 
 
@@ -302,6 +329,14 @@ class WorkerSerializer(serializers.Serializer):
     concurrency = serializers.IntegerField(required=False)
     started_at = serializers.FloatField(required=False, allow_null=True, help_text="Epoch seconds.")
     active = RunningTaskSerializer(many=True, required=False)
+    settings = serializers.CharField(
+        required=False, help_text="The worker's Django settings module (not told by workers of 0.1.0)."
+    )
+    project = serializers.CharField(
+        required=False,
+        help_text="The fingerprint of the worker's Django project: workers of two projects on one "
+        "Redis and key prefix differ in it (not told by workers of 0.1.0).",
+    )
 
 
 class FinishedTaskSerializer(serializers.ModelSerializer):

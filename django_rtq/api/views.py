@@ -22,12 +22,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from .. import __version__
-from ..broker.inspect import LimitUse, QueueStats, TaskInfo
+from ..broker.inspect import TaskInfo
 from ..broker.states import ACTION_STATES, Action, TaskState
 from ..conf import get_settings
 from ..exceptions import DuplicateTask, InvalidTask, TaskIdConflict
 from ..formats import utc_datetime
-from ..operations import ActionReport
+from ..operations import ActionReport, Operations
 from ..outbox import OutboxStats
 from ..permissions import API_PERMISSIONS, CHANGE_LIVE, ENQUEUE, VIEW_HISTORY, VIEW_LIVE
 from ..registry import TaskType
@@ -227,16 +227,24 @@ class TaskCancelView(TaskActionView):
 # Queues
 
 
-def queue_data(stats: QueueStats, limits: list[LimitUse]) -> dict[str, Any]:
-    """A queue's stats and flow control as `QueueSerializer` data."""
-    return {**asdict(stats), "size": stats.size, "limits": [use.as_dict() for use in limits]}
+def queue_data(ops: Operations, queue: str) -> dict[str, Any]:
+    """A queue's stats, flow control and tasks waiting for a worker as `QueueSerializer` data."""
+    stats = ops.queue_stats(queue)
+    return {
+        **asdict(stats),
+        "size": stats.size,
+        "limits": [use.as_dict() for use in ops.flow_control(queue)],
+        "waiting_for_worker": [
+            {**asdict(kind), "since": utc_datetime(kind.since)} for kind in ops.waiting_for_worker(queue)
+        ],
+    }
 
 
 class QueueView(APIBase):
     # A view of one queue: its stats, flow control and history as the answer.
 
     def queue_detail(self, queue: str, days: int = 7) -> dict[str, Any]:
-        data = queue_data(self.ops.queue_stats(queue), self.ops.flow_control(queue))
+        data = queue_data(self.ops, queue)
         data["history"] = [
             {"day": day, "processed": processed, "failed": failed}
             for day, processed, failed in self.ops.history(queue, days)
@@ -253,9 +261,7 @@ class QueueListView(APIBase):
         responses={200: s.QueueSerializer(many=True)},
     )
     def get(self, request: Request) -> Response:
-        data = [
-            queue_data(self.ops.queue_stats(name), self.ops.flow_control(name)) for name in self.ops.queues()
-        ]
+        data = [queue_data(self.ops, name) for name in self.ops.queues()]
         return Response(s.QueueSerializer(data, many=True).data)
 
 

@@ -3,7 +3,9 @@
 The info is a JSON object in the queue's `info` column, written here, by `fail.lua` through
 `Broker.fail`, by `complete.lua` for a first attempt that succeeded (`first_attempt_info`), and
 by the scripts that archive a task by hand or end a workflow (`_lib.lua`). Its shape is kept as
-is: `AttemptInfo` reads it, and `as_dict` gives back exactly what was read.
+is: `AttemptInfo` reads it, and `as_dict` gives back exactly what was read. Every writer that
+rewrites an info keeps the facts it does not know, its format version "v" among them (absent:
+version 1, see versions.py).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 from ..exceptions import DeadlineExceeded, NonRetryableError, TaskCancelled
 from .message import OPTIONAL_NUMBER, OPTIONAL_STR, is_utf8
+from .versions import INFO_FORMAT, NewerFormat, stored_version
 
 #: Errors that archive a task at once, whatever retries it has left.
 NON_RETRYABLE = (NonRetryableError, DeadlineExceeded, TaskCancelled)
@@ -63,10 +66,24 @@ _INFO_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
+def info_version(info: Mapping[str, Any]) -> int:
+    """The format version of a task's info (its "v" fact; absent: 1); raise ValueError if the
+    fact is not one."""
+    return stored_version(info.get("v"))
+
+
+def check_info_version(info: Mapping[str, Any]) -> None:
+    """Raise NewerFormat if a task's info is of a format newer than INFO_FORMAT (a worker of a
+    newer release is to run it), ValueError if its version is not one."""
+    version = info_version(info)
+    if version > INFO_FORMAT:
+        raise NewerFormat("info", version, INFO_FORMAT)
+
+
 def parse_info(raw: str | None) -> tuple[dict[str, Any], str | None]:
     """Read a task's stored info (attempt facts) as a worker claims it. Never raises: return
     the info, with the facts of a wrong type left out, and what was wrong with it (None if
-    nothing was)."""
+    nothing was). Its format version "v" is kept as it is, for check_info_version."""
     if not raw:
         return {}, None
     if not raw.isascii() and not is_utf8(raw):

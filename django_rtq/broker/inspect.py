@@ -22,6 +22,7 @@ from .limits import HELD_BASE, QUEUE_SCOPE, Limit, bucket_tokens
 from .message import TaskMessage
 from .states import TaskState
 from .timings import Histogram, histograms
+from .waiting import PARKED_BASE
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +91,8 @@ class TaskInfo:
     workflow: dict[str, Any] | None = None
     # pending, but held back by its type's flow-control limits (broker/limits.py, HELD_BASE)
     held: bool = False
+    # pending, left by a worker that could not run it for one that can (broker/waiting.py)
+    waits_for_worker: bool = False
 
     @property
     def children(self) -> list[str]:
@@ -231,6 +234,31 @@ class Inspector:
 
     def workers(self) -> list[dict[str, Any]]:
         return self.broker.workers()
+
+    def live_worker_ids(self) -> list[str]:
+        """The ids of the workers whose heartbeat is current: one read, nothing removed."""
+        with translate_errors():
+            return self.client.zrangebyscore(self.broker.keys.workers, f"({self.broker.now_ms()}", "+inf")
+
+    def worker_infos(self, ids: list[str]) -> dict[str, dict[str, Any]]:
+        """The info of each of these workers that still has one; info that is not a JSON object
+        is left out."""
+        if not ids:
+            return {}
+        with translate_errors():
+            pipe = self.client.pipeline(transaction=False)  # not MGET: on a cluster, the keys' slots differ
+            for worker_id in ids:
+                pipe.get(self.broker.keys.worker(worker_id))
+            raws = pipe.execute()
+        infos = {}
+        for worker_id, raw in zip(ids, raws, strict=True):
+            try:
+                info = json.loads(raw) if raw else None
+            except ValueError:
+                info = None
+            if isinstance(info, dict):
+                infos[worker_id] = info
+        return infos
 
     def limit_use(self, queue: str, limits: Mapping[str, Limit]) -> list[LimitUse]:
         """The flow-control scopes of a queue, the queue's own first, then task types by name:
@@ -419,6 +447,7 @@ class Inspector:
         for (task_id, score), raw, info, result, owner, progress, workflow in zip(
             ids_scores, messages, infos, results, owners, progresses, workflows, strict=True
         ):
+            pending = score if state == TaskState.PENDING else None  # its place in pending
             try:
                 message = TaskMessage.from_json(raw, id=task_id, queue=queue) if raw else None
             except ValueError:
@@ -436,7 +465,8 @@ class Inspector:
                     owner=owner,
                     progress=_workflow_progress(workflow) if workflow else _json(progress),
                     workflow=_workflow_facts(workflow) if workflow else None,
-                    held=state == TaskState.PENDING and score is not None and score >= HELD_BASE,
+                    held=pending is not None and HELD_BASE <= pending < PARKED_BASE,
+                    waits_for_worker=pending is not None and pending >= PARKED_BASE,
                 )
             )
         return tasks

@@ -6,6 +6,8 @@ import json
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
+from .versions import MESSAGE_FORMAT, NewerFormat, stored_version
+
 #: Highest and lowest priority; higher runs first (the range of `django.tasks`).
 MIN_PRIORITY = -100
 MAX_PRIORITY = 100
@@ -36,8 +38,12 @@ class TaskMessage:
     def to_json(self) -> str:
         """The message as stored: its fields in declaration order, leaving out the id and the
         queue (its reader knows them: the msg hash's field, the key's hash tag) and those that
-        hold their default (from_json puts them back), but enqueued_at (see _ALWAYS_STORED)."""
-        data = {"task": self.task}
+        hold their default (from_json puts them back), but enqueued_at (see _ALWAYS_STORED).
+        Its format version "v" comes second, right after the task (the claim script reads it
+        with an anchored pattern), and only above version 1 (never written: see versions.py)."""
+        data: dict[str, Any] = {"task": self.task}
+        if MESSAGE_FORMAT > 1:
+            data["v"] = MESSAGE_FORMAT
         for name, default in _OPTIONAL_FIELDS:
             value = getattr(self, name)
             if value != default or name in _ALWAYS_STORED:
@@ -49,12 +55,18 @@ class TaskMessage:
         """Parse a stored message of the task `id` of `queue`, compact (as to_json writes it) or
         with every field, the id and queue among them (as earlier versions did: the id and queue
         given win over those); raise ValueError if it is not one, or a field is of a wrong type
-        or out of its range. A field left out holds its default."""
+        or out of its range. A field left out holds its default. Raise NewerFormat (a
+        ValueError) for a message of a format version newer than MESSAGE_FORMAT, before any
+        other check: it may hold fields this release does not know."""
         if isinstance(raw, str) and not raw.isascii() and not is_utf8(raw):
             raise ValueError("task message is not UTF-8")
         data = json.loads(raw)
         if not isinstance(data, dict):
             raise ValueError("task message is not a JSON object")
+        if "v" in data:
+            version = stored_version(data.pop("v"))
+            if version > MESSAGE_FORMAT:
+                raise NewerFormat("message", version, MESSAGE_FORMAT)
         data.pop("id", None)
         data.pop("queue", None)
         try:

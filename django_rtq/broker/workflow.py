@@ -14,8 +14,11 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+import redis
+
 from .broker import Broker
 from .errors import translate_errors
+from .versions import NewerFormat
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +32,18 @@ WORKFLOW_TASKS = frozenset(WORKFLOW_TASK.values())
 APPLIED_TTL_MS = 3600 * 1000
 #: How long (ms) a taken command is left to its worker before another may apply it.
 COMMAND_LEASE_MS = 30 * 1000
+#: How a workflow script refuses a workflow whose hash is of a newer format (see _lib.lua).
+_NEWER_REPLY = "NEWERFORMAT workflow "
+
+
+class NewerWorkflow(NewerFormat):
+    """A workflow whose hash is of a format newer than this release reads: a script refused to
+    change it (nothing was), leaving it to a worker of a newer release."""
+
+    def __init__(self, queue: str, workflow_id: str, version: int, readable: int) -> None:
+        self.queue = queue
+        self.workflow_id = workflow_id
+        super().__init__("workflow", version, readable)
 
 
 def take_commands(
@@ -95,6 +110,19 @@ def _workflow_keys(broker: Broker, queue: str, workflow_id: str) -> list[str]:
     ]  # fmt: skip
 
 
+def _run_on_workflow(broker: Broker, name: str, queue: str, workflow_id: str, args: Sequence[Any]) -> Any:
+    """Run a script that changes a waiting workflow (see workflow_context in _lib.lua); raise
+    NewerWorkflow when it refused one of a newer format."""
+    try:
+        return broker.run_script(name, _workflow_keys(broker, queue, workflow_id), args)
+    except redis.ResponseError as exc:
+        refusal = str(exc)
+        if not refusal.startswith(_NEWER_REPLY):
+            raise
+        version, readable = (int(part) for part in refusal.removeprefix(_NEWER_REPLY).split()[:2])
+        raise NewerWorkflow(queue, workflow_id, version, readable) from None
+
+
 def child_outcome(
     broker: Broker,
     queue: str,
@@ -113,6 +141,7 @@ def child_outcome(
     An iterator's step also passes the iterator's new state and its new children as
     (queue, node JSON) pairs. Returns what happened: dup, gone, failed, finished or recorded;
     or corrupt: the workflow's own state in Redis was, and it is archived (logged here).
+    Raise NewerWorkflow, having changed nothing, for a workflow of a newer format.
     """
     args: list[Any] = [
         broker.now_ms(), workflow_id, int(broker.mirror), cmd_id, APPLIED_TTL_MS, position,
@@ -120,22 +149,24 @@ def child_outcome(
     ]  # fmt: skip
     for child_queue, node_json in new_children:
         args += [child_queue, node_json]
-    reply = broker.run_script("child_outcome", _workflow_keys(broker, queue, workflow_id), args)
+    reply = _run_on_workflow(broker, "child_outcome", queue, workflow_id, args)
     return _reply(reply, queue, workflow_id)
 
 
 def cancel_workflow(broker: Broker, queue: str, workflow_id: str, *, error_type: str, message: str) -> bool:
-    """Archive a waiting workflow as failed with this error, and cancel its unfinished children."""
+    """Archive a waiting workflow as failed with this error, and cancel its unfinished children.
+    Raise NewerWorkflow, having changed nothing, for a workflow of a newer format."""
     args = [broker.now_ms(), workflow_id, int(broker.mirror), error_type, message]
-    return broker.run_script("cancel_workflow", _workflow_keys(broker, queue, workflow_id), args) == 1
+    return _run_on_workflow(broker, "cancel_workflow", queue, workflow_id, args) == 1
 
 
 def start_postponed(broker: Broker, queue: str, workflow_id: str, *, cmd_id: str) -> bool:
     """Start a postponed workflow (its start command is due), once per `cmd_id`: its stage
     moves on and its first children's activations are written. False if it was not postponed,
-    or if its state in Redis was corrupt (it is then archived, and that is logged here)."""
+    or if its state in Redis was corrupt (it is then archived, and that is logged here). Raise
+    NewerWorkflow, having changed nothing, for a workflow of a newer format."""
     args = [broker.now_ms(), workflow_id, int(broker.mirror), cmd_id, APPLIED_TTL_MS]
-    reply = broker.run_script("start_postponed", _workflow_keys(broker, queue, workflow_id), args)
+    reply = _run_on_workflow(broker, "start_postponed", queue, workflow_id, args)
     return _reply(reply, queue, workflow_id) == 1
 
 

@@ -1,5 +1,5 @@
-"""The Prometheus collector: queue sizes, daily counters, flow control, workers and the outbox, read
-through the operations layer."""
+"""The Prometheus collector: queue sizes, daily counters, flow control, tasks waiting for a worker
+that can run them, workers and the outbox, read through the operations layer."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from ..broker.inspect import STATS_STATES, LimitUse, QueueStats
 from ..broker.timings import Histogram
+from ..broker.waiting import WaitingKind
 from ..exceptions import BrokerUnavailable
 from ..operations import Operations
 from ..outbox import OutboxStats
@@ -42,6 +43,7 @@ class RTQCollector(Collector):
             stats = [self.ops.queue_stats(name) for name in self.ops.queues()]
             timings = {s.queue: self.ops.task_timings(s.queue) for s in stats}
             limits = {s.queue: self.ops.flow_control(s.queue) for s in stats}
+            waiting = {s.queue: self.ops.waiting_for_worker(s.queue) for s in stats}
             workers = self.ops.workers()
             day_started = self.ops.now() // SECONDS_PER_DAY * SECONDS_PER_DAY
         except BrokerUnavailable:
@@ -51,6 +53,7 @@ class RTQCollector(Collector):
         yield from queue_metrics(stats, day_started)
         yield from timing_metrics(timings)
         yield from limit_metrics(limits)
+        yield from waiting_metrics(waiting)
         yield from worker_metrics(workers, [s.queue for s in stats])
 
     def from_outbox(self) -> Iterator[Metric]:
@@ -135,6 +138,25 @@ def limit_metrics(limits: dict[str, list[LimitUse]]) -> Iterator[Metric]:
             running.add_metric([queue, use.scope], use.running)
             held.add_metric([queue, use.scope], use.held)
     yield from (running, held)
+
+
+def waiting_metrics(waiting: dict[str, list[WaitingKind]]) -> Iterator[Metric]:
+    """Pending tasks no worker could run, per queue, task type and why: they wait for one that can."""
+    family = GaugeMetricFamily(
+        "rtq_tasks_waiting_for_worker",
+        "Pending tasks that wait for a worker able to run them: of a type the workers do not know "
+        '(why="type"), stored in a newer format than they read ("format"), or with arguments their '
+        'handler refuses ("args").',
+        labels=["queue", "task", "why"],
+    )
+    counts: dict[tuple[str, str, str], int] = {}
+    for queue, kinds in waiting.items():
+        for kind in kinds:  # arguments refused by different handler signatures are kinds of their own
+            labels = (queue, kind.task, kind.why)
+            counts[labels] = counts.get(labels, 0) + kind.count
+    for labels, count in sorted(counts.items()):
+        family.add_metric(list(labels), count)
+    yield family
 
 
 def outbox_metrics(stats: OutboxStats) -> Iterator[Metric]:

@@ -6,7 +6,9 @@ import time
 from typing import Protocol
 
 from ..broker import Broker
+from ..exceptions import BrokerUnavailable
 from .component import Component
+from .neighbours import NeighbourWatch
 
 
 class LeaseHolder(Protocol):
@@ -18,15 +20,25 @@ class LeaseHolder(Protocol):
 class Heartbeater(Component):
     """The heartbeater extends the lease of every task the processor holds, claimed or running
     (recording the start of those that started since), and writes the worker's info (host,
-    pid, queues, in-flight tasks) with a TTL."""
+    pid, queues, in-flight tasks, and its project when it has a neighbour watch) with a TTL,
+    then lets the watch look for workers of another project."""
 
     name = "heartbeater"
 
-    def __init__(self, *, broker: Broker, worker_id: str, processor: LeaseHolder, interval: float) -> None:
+    def __init__(
+        self,
+        *,
+        broker: Broker,
+        worker_id: str,
+        processor: LeaseHolder,
+        interval: float,
+        neighbours: NeighbourWatch | None = None,
+    ) -> None:
         super().__init__(interval=interval)
         self.broker = broker
         self.worker_id = worker_id
         self.processor = processor
+        self.neighbours = neighbours
 
     def run_once(self) -> int:
         sent_at = time.monotonic()
@@ -36,8 +48,22 @@ class Heartbeater(Component):
         self.processor.lease_extended(sent_at)
         # A worker that missed three beats is taken for dead in the registry (its tasks' leases
         # run on their own clock).
-        self.broker.write_worker(self.worker_id, self.processor.describe(), ttl_seconds=3 * self.interval)
+        info = self.processor.describe()
+        if self.neighbours is not None:
+            info.update(self.neighbours.project.info())
+        self.broker.write_worker(self.worker_id, info, ttl_seconds=3 * self.interval)
+        if self.neighbours is not None:
+            self._look_around(self.neighbours)
         return extended
+
+    def _look_around(self, neighbours: NeighbourWatch) -> None:
+        # Never a failed pass for this: the component would back off, and beats are leases.
+        try:
+            neighbours.look()
+        except BrokerUnavailable as exc:
+            self.logger.debug("could not look for workers of another project: %s", exc)
+        except Exception:
+            self.logger.exception("could not look for workers of another project")
 
     def stop(self, timeout: float | None = 5.0) -> None:
         super().stop(timeout)

@@ -18,6 +18,7 @@ from ..conf import RTQSettings, get_settings
 from ..connection import get_broker
 from ..exceptions import BrokerUnavailable
 from ..periodic import load_entries
+from ..projects import current_project
 from ..queue_names import named_queues
 from .bulk_runner import BulkRunner
 from .commander import Commander
@@ -26,6 +27,7 @@ from .healthchecker import Healthchecker
 from .heartbeater import Heartbeater
 from .janitor import Janitor
 from .mirrorer import Mirrorer
+from .neighbours import NeighbourWatch
 from .processor import Processor
 from .recoverer import Recoverer
 from .relay import Relay
@@ -93,6 +95,7 @@ class Worker:
             worker_id=self.id,
             processor=self.processor,
             interval=conf.HEARTBEAT_INTERVAL,
+            neighbours=NeighbourWatch(broker=self.broker, worker_id=self.id, project=current_project()),
         )
         self.forwarder = Forwarder(broker=self.broker, queues=names, interval=conf.FORWARDER_INTERVAL)
         self.scheduler = Scheduler(

@@ -27,6 +27,7 @@ from ..broker import Broker, manual
 from ..broker.attempt import error_path
 from ..broker.states import TaskState
 from ..broker.workflow import (
+    NewerWorkflow,
     activate,
     cancel_workflow,
     child_outcome,
@@ -43,6 +44,8 @@ logger = logging.getLogger(__name__)
 
 #: Commands taken per script call.
 TAKE_LIMIT = 100
+#: Workflows of a newer format remembered as already logged (the oldest are forgotten first).
+NEWER_LOGGED_LIMIT = 10_000
 
 
 class RetryPolicy(Protocol):
@@ -77,7 +80,9 @@ def apply_due(
     wrote in other queues (a child's result starts the next step there). Returns how many.
 
     A command that cannot be applied is logged and left leased, to be tried again once its
-    lease ends; or, with a `retry` policy, when and as often as that says."""
+    lease ends; or, with a `retry` policy, when and as often as that says. A command for a
+    workflow of a newer format (NewerWorkflow) is left leased, whatever the policy: a worker
+    of a newer release applies it (this one takes it again only once its lease ends)."""
     applied = 0
     todo = list(dict.fromkeys(queues))
     while todo:
@@ -89,6 +94,9 @@ def apply_due(
                     touched |= apply_command(broker, cmd_id, json.loads(body))
                 except BrokerUnavailable:
                     raise
+                except NewerWorkflow as exc:
+                    _left_for_newer(queue, cmd_id, exc)
+                    continue
                 except Exception as exc:
                     logger.exception("could not apply command %r of queue %r", cmd_id, queue)
                     if retry is None:
@@ -107,6 +115,24 @@ def apply_due(
             if not done and not given_up:
                 break  # only commands that failed: their lease (or delay) keeps them until later
     return applied
+
+
+#: (queue, id) of the workflows of a newer format this process has logged, oldest first.
+_newer_logged: dict[tuple[str, str], None] = {}
+
+
+def _left_for_newer(queue: str, cmd_id: str, refusal: NewerWorkflow) -> None:
+    """Log, once per workflow, that its commands are left for a worker of a newer release."""
+    workflow = (refusal.queue, refusal.workflow_id)
+    if workflow in _newer_logged:
+        return
+    if len(_newer_logged) >= NEWER_LOGGED_LIMIT:
+        del _newer_logged[next(iter(_newer_logged))]
+    _newer_logged[workflow] = None
+    logger.warning(
+        "command %r of queue %r left for a newer worker: workflow %r of queue %r: %s",
+        cmd_id, queue, refusal.workflow_id, refusal.queue, refusal,
+    )  # fmt: skip
 
 
 def apply_command(broker: Broker, cmd_id: str, command: dict[str, Any]) -> set[str]:

@@ -8,7 +8,7 @@ import uuid
 
 import redis
 
-from django_rtq import NonRetryableError, task
+from django_rtq import NonRetryableError, current_task, task
 
 _client = None
 
@@ -297,3 +297,12 @@ def flow_per_deploy(name, seconds=0.2):
 # failover settings have another), and a worker learns their limits as their first tasks come
 # (tests/test_flow_control_workers.py::test_djangos_own_task_is_limited_across_workers).
 from . import wf_tasks  # noqa: E402, F401
+
+
+@task
+def stored_shape(*args, **kwargs):
+    """The task of the stored-format fixtures (tests/data/formats/): reports and returns what it
+    was called with and its retries. Its name and signature stay: old fixtures name it."""
+    value = {"args": list(args), "kwargs": kwargs, "retried": current_task().retried}
+    report(f"stored_shape:{current_task().id}", json.dumps(value, sort_keys=True))
+    return value

@@ -352,6 +352,23 @@ local function is_count(value)
   return value ~= nil and #value <= 15 and string.find(value, '^%d+$') ~= nil
 end
 
+-- The format version of the workflow hashes this release reads (older ones too): its "v"
+-- field, absent for version 1, which is never written. The same as WORKFLOW_FORMAT in
+-- broker/versions.py (a test checks).
+local WORKFLOW_FORMAT = 1
+
+-- A script that reads a workflow's hash calls this before it changes anything: the error
+-- reply "NEWERFORMAT workflow <v> <WORKFLOW_FORMAT>" when the hash is of a newer format (a
+-- worker of a newer release applies its commands), nil otherwise. A key that is not a hash, or
+-- a "v" that is not a whole number, is left to the checks that find a workflow corrupt.
+local function refuse_newer_workflow(w)
+  local version = redis.pcall('HGET', w.wf, 'v')
+  if type(version) == 'string' and is_count(version) and tonumber(version) > WORKFLOW_FORMAT then
+    return redis.error_reply('NEWERFORMAT workflow ' .. version .. ' ' .. WORKFLOW_FORMAT)
+  end
+  return nil
+end
+
 -- What a workflow's field must hold where a script reads it: `test` takes its value (a string,
 -- or nil when the field is missing); `expected` says what it should be, for the error. Numbers
 -- are checked as Redis takes them (HINCRBY refuses "1.0", " 1" or "1e3"), not as tonumber does.

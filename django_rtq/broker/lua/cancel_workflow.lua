@@ -24,8 +24,11 @@
 -- ARGV[4] -> error type
 -- ARGV[5] -> error message
 --
--- Returns: 1 when cancelled; 0 when it is not a waiting workflow.
+-- Returns: 1 when cancelled; 0 when it is not a waiting workflow; the error reply
+-- "NEWERFORMAT ..." (nothing changed) when its hash is of a newer format (refuse_newer_workflow).
 local w = workflow_context()
 if redis.call('HGET', w.state, w.id) ~= 'waiting' then return 0 end
+local newer = refuse_newer_workflow(w)
+if newer then return newer end
 fail_workflow(w, ARGV[4], ARGV[5], nil)
 return 1

@@ -35,13 +35,17 @@
 -- Returns: "dup" (applied before), "gone" (the workflow has finished), "failed", "finished"
 -- or "recorded"; or {"corrupt", the error} when the workflow's own state is corrupt (a field
 -- this needs is missing or holds what it cannot, see WF_CHECK in _lib.lua): the workflow is
--- then archived with that error, as a failed one, and the command counts as applied.
+-- then archived with that error, as a failed one, and the command counts as applied; the
+-- error reply "NEWERFORMAT ..." (nothing changed, the command not recorded as applied) when
+-- its hash is of a newer format (refuse_newer_workflow in _lib.lua).
 local w = workflow_context()
 w.queue = ARGV[11]
 local ACTIVATION_BATCH = 500
 -- The state is read before the command is recorded as applied: a read that fails (a key of
 -- the wrong type) leaves the command to be tried again.
 if redis.call('HGET', w.state, w.id) ~= 'waiting' then return 'gone' end
+local newer = refuse_newer_workflow(w)
+if newer then return newer end
 if not first_application(w.applied, ARGV[4], w.now, tonumber(ARGV[5])) then return 'dup' end
 local defect = workflow_keys_defect(w)
 if defect then return fail_corrupt_workflow(w, defect) end

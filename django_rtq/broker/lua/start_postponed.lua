@@ -28,10 +28,13 @@
 -- Returns: 1 when started; 0 when applied before, or when the workflow is no longer postponed
 -- (it was cancelled or deleted meanwhile); {"corrupt", the error} when its own state is
 -- corrupt (its stage or its first activations are not what a postponed workflow holds): it
--- is then archived with that error, as a failed one (fail_workflow in _lib.lua).
+-- is then archived with that error, as a failed one (fail_workflow in _lib.lua); the error
+-- reply "NEWERFORMAT ..." (nothing changed) when its hash is of a newer format.
 local w = workflow_context()
 
 if redis.call('HGET', w.state, w.id) ~= 'waiting' then return 0 end
+local newer = refuse_newer_workflow(w)
+if newer then return newer end
 if not first_application(w.applied, ARGV[4], w.now, tonumber(ARGV[5])) then return 0 end
 local defect = workflow_keys_defect(w)
 if defect then return fail_corrupt_workflow(w, defect) end

@@ -1,5 +1,5 @@
-"""`manage.py rtq_stats`: each queue's tasks per state, today's counters, the outbox, flow control, and
-daily history."""
+"""`manage.py rtq_stats`: each queue's tasks per state, today's counters, the outbox, tasks waiting for
+a worker that can run them, flow control, and daily history."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from django.db import DatabaseError
 
 from django_rtq.broker.inspect import LimitUse, QueueStats
 from django_rtq.broker.limits import QUEUE_SCOPE
-from django_rtq.formats import format_duration
+from django_rtq.broker.waiting import WaitingKind
+from django_rtq.formats import format_duration, utc_datetime
 from django_rtq.management.base import OperationsCommand
 from django_rtq.management.table import render_table
 from django_rtq.outbox import OutboxStats
@@ -31,12 +32,14 @@ STATS_HEADERS = (
     "OLDEST PENDING",
 )
 LIMIT_HEADERS = ("SCOPE", "LIMIT", "RUNNING", "HELD BACK", "TOKENS NOW")
+WAITING_HEADERS = ("TASK", "WHY", "TASKS", "WAITING FOR", "REASON")
 
 
 class Command(OperationsCommand):
     help = (
         "Show each queue's tasks per state, today's processed and failed counts, paused queues, "
-        "the tasks waiting in the outbox, and the flow-control limits with their use."
+        "the tasks waiting in the outbox, the tasks waiting for a worker that can run them, and the "
+        "flow-control limits with their use."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -55,12 +58,16 @@ class Command(OperationsCommand):
         names = self.check_queues(queues) if queues else self.queue_names()
         stats = [self.ops.queue_stats(name) for name in names]
         limits = {name: self.ops.flow_control(name) for name in names}
+        waiting = {name: self.ops.waiting_for_worker(name) for name in names}
         histories = {name: self.ops.history(name, days=history) for name in names} if history else {}
         outbox = self.outbox_stats()  # after Redis: an unreachable Redis is the command's error
         if self.as_json:
             self.write_json(
                 {
-                    "queues": [self.stats_data(s, limits[s.queue], histories.get(s.queue)) for s in stats],
+                    "queues": [
+                        self.stats_data(s, limits[s.queue], waiting[s.queue], histories.get(s.queue))
+                        for s in stats
+                    ],
                     "outbox": outbox_data(outbox) if outbox else None,
                 }
             )
@@ -71,6 +78,13 @@ class Command(OperationsCommand):
             self.stdout.write("No queues yet.")
         self.stdout.write("")
         self.stdout.write(outbox_line(outbox))
+        now = self.ops.now()
+        for name, kinds in waiting.items():
+            if kinds:
+                self.stdout.write("")
+                self.stdout.write(f"Queue {name!r}, tasks waiting for a worker that can run them:")
+                rows = [waiting_row(kind, now) for kind in kinds]
+                self.write_lines(render_table(WAITING_HEADERS, rows, header_style=self.heading))
         for name, uses in limits.items():
             if uses:
                 self.stdout.write("")
@@ -96,9 +110,18 @@ class Command(OperationsCommand):
             return None
 
     def stats_data(
-        self, stats: QueueStats, limits: list[LimitUse], days: list[tuple[str, int, int]] | None
+        self,
+        stats: QueueStats,
+        limits: list[LimitUse],
+        waiting: list[WaitingKind],
+        days: list[tuple[str, int, int]] | None,
     ) -> dict[str, Any]:
-        data = {**asdict(stats), "size": stats.size, "limits": [use.as_dict() for use in limits]}
+        data = {
+            **asdict(stats),
+            "size": stats.size,
+            "limits": [use.as_dict() for use in limits],
+            "waiting_for_worker": [waiting_data(kind) for kind in waiting],
+        }
         if days is not None:
             data["history"] = [{"day": d, "processed": p, "failed": f} for d, p, f in days]
         return data
@@ -139,6 +162,17 @@ def outbox_line(stats: OutboxStats | None) -> str:
         return "Outbox: empty"
     age = format_duration(stats.age_seconds())
     return f"Outbox: {stats.waiting} waiting, oldest {age} ago, {stats.failing} failing"
+
+
+def waiting_data(kind: WaitingKind) -> dict[str, Any]:
+    """A kind of tasks waiting for a worker as the API's queues give it (times in ISO 8601)."""
+    since = utc_datetime(kind.since)
+    return {**asdict(kind), "since": since.isoformat() if since else None}
+
+
+def waiting_row(kind: WaitingKind, now: float) -> tuple[object, ...]:
+    waited = format_duration(max(0.0, now - kind.since)) if kind.since is not None else None
+    return (kind.task, kind.why, kind.count, waited, kind.reason)
 
 
 def limit_row(use: LimitUse) -> tuple[object, ...]:

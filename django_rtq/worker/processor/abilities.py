@@ -9,7 +9,8 @@ import threading
 import time
 
 from ...broker import ClaimedTask, TaskMessage
-from ...broker.versions import INFO_FORMAT, MESSAGE_FORMAT, NewerFormat, stored_version
+from ...broker.attempt import check_info_version
+from ...broker.versions import INFO_FORMAT, MESSAGE_FORMAT, NewerFormat
 from ...broker.waiting import (
     NEWER_FORMAT,
     NO_ABILITIES,
@@ -45,12 +46,9 @@ def message_or_leave(claimed: ClaimedTask) -> TaskMessage:
     assert claimed.raw_message is not None
     try:
         message = TaskMessage.from_json(claimed.raw_message, id=claimed.id, queue=claimed.queue)
-        info_version = stored_version(claimed.info.get("v"))
+        check_info_version(claimed.info)
     except NewerFormat as exc:
         raise LeftForAnother(_format_kind(claimed.raw_message, exc), str(exc)) from None
-    if info_version > INFO_FORMAT:
-        exc = NewerFormat("info", info_version, INFO_FORMAT)
-        raise LeftForAnother(kind_of(message.task, NEWER_FORMAT, (f"info:{info_version}",)), str(exc))
     return message
 
 
