@@ -25,11 +25,19 @@ def redis_servers():
 @pytest.fixture
 def chaos_project(tmp_path):
     """Make the chaos project in tmp_path (migrated) for a Redis URL: `chaos_project(url, worker_url=,
-    database="sqlite" or "postgresql", tasks_outbox=False)`."""
+    database="sqlite" or "postgresql", tasks_outbox=False)`; with `directory=name`, in a directory
+    of that name in tmp_path (for a test of two projects; settings=, path=, key_prefix= name
+    the other project: see Chaos)."""
     made = []
 
-    def make(redis_url: str, worker_url: str | None = None, **options) -> Chaos:
-        chaos = Chaos(tmp_path, redis_url, worker_url, **options)
+    def make(
+        redis_url: str, worker_url: str | None = None, *, directory: str | None = None, **options
+    ) -> Chaos:
+        where = tmp_path
+        if directory:
+            where = tmp_path / directory
+            where.mkdir()
+        chaos = Chaos(where, redis_url, worker_url, **options)
         made.append(chaos)
         return chaos
 

@@ -27,9 +27,16 @@ from tests.support.polling import wait_for
 from tests.support.servers import RedisProcess, cleanup_dir
 
 PROJECT = Path(__file__).parent / "project"
+#: The releases of the chaos project's `deployapp` (tests/chaos/test_deploys.py): a process of a
+#: release has its directory first on its path.
+RELEASES = PROJECT / "releases"
+#: Django projects of their own (tests/chaos/test_shared_redis.py), each in a directory of these.
+SITES = PROJECT / "sites"
 #: The checkout these tests are in: its django_rtq is the one the project's processes run.
 ROOT = Path(__file__).resolve().parents[2]
 KEY_PREFIX = "chaos"
+#: The Redis list where the handlers of chaosapp/ledger.py push the facts of each run.
+LEDGER = "chaos:ledger"
 QUEUE = "default"
 #: States a task is in until it is settled: the queue is drained when they are all empty.
 LIVE_STATES = ("pending", "active", "scheduled", "retry")
@@ -251,16 +258,19 @@ class Worker:
     """One `rtq_worker` process (a supervisor with `--processes`), in a session of its own so that
     teardown can kill it with all its children."""
 
-    def __init__(self, chaos: Chaos, name: str, args: tuple[str, ...], redis_url: str) -> None:
+    def __init__(
+        self, chaos: Chaos, name: str, args: tuple[str, ...], redis_url: str, release: str | None = None
+    ) -> None:
         self.name = name
         self.args = args
+        self.release = release
         self.log = chaos.dir / f"worker-{name}.log"
         with open(self.log, "a") as out:
             out.write(f"--- {name}: rtq_worker {' '.join(args)} at {time.time():.3f}\n")
             out.flush()
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "django", "rtq_worker", *args],
-                env=chaos.env(redis_url),
+                env=chaos.env(redis_url, release),
                 cwd=chaos.dir,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -286,7 +296,8 @@ class Chaos:
     Enqueueing clients and the checks talk to Redis at `redis_url`; workers at `worker_url`
     (a proxy in front of it, say), unless told otherwise. The database is a SQLite file, or
     with `database="postgresql"` a throwaway PostgreSQL database; `tasks_outbox` turns on the
-    tasks backend's OUTBOX option."""
+    tasks backend's OUTBOX option. `settings` names another project of the suite (its
+    directory `path` first on its processes' path, its key prefix `key_prefix`)."""
 
     def __init__(
         self,
@@ -296,9 +307,15 @@ class Chaos:
         *,
         database: str = "sqlite",
         tasks_outbox: bool = False,
+        settings: str = "chaossite.settings",
+        path: Path | None = None,
+        key_prefix: str = KEY_PREFIX,
     ) -> None:
         assert database in DATABASES, database
         self.dir = directory
+        self.settings = settings
+        self.path = path
+        self.key_prefix = key_prefix
         self.redis_url = redis_url
         self.worker_url = worker_url or redis_url
         self.tasks_outbox = tasks_outbox
@@ -306,7 +323,7 @@ class Chaos:
         self.events.mkdir()
         self.database = directory / "chaos.sqlite3"
         self.db = SQLiteDatabase(self.database) if database == "sqlite" else PostgresDatabase()
-        self.keys = Keyspace(KEY_PREFIX).queue(QUEUE)
+        self.keys = Keyspace(key_prefix).queue(QUEUE)
         self.client = redis.Redis.from_url(redis_url, decode_responses=True, socket_timeout=5)
         self.workers: list[Worker] = []
         self.clients: list[tuple[subprocess.Popen, Path]] = []
@@ -322,17 +339,24 @@ class Chaos:
 
     # processes
 
-    def env(self, redis_url: str) -> dict[str, str]:
+    def env(self, redis_url: str, release: str | None = None) -> dict[str, str]:
+        """The environment of a process of the project; of its `release` of `deployapp`, if given."""
+        paths = [RELEASES / release] if release else []
+        paths += [self.path] if self.path else []
         env = {
             **os.environ,
-            "DJANGO_SETTINGS_MODULE": "chaossite.settings",
-            "PYTHONPATH": os.pathsep.join([str(PROJECT), str(ROOT)]),
+            "DJANGO_SETTINGS_MODULE": self.settings,
+            "PYTHONPATH": os.pathsep.join(str(path) for path in [*paths, PROJECT, ROOT]),
             "CHAOS_DATABASE": str(self.database),
             "CHAOS_REDIS_URL": redis_url,
-            "CHAOS_KEY_PREFIX": KEY_PREFIX,
+            "CHAOS_KEY_PREFIX": self.key_prefix,
             "CHAOS_EVENTS": str(self.events),
+            "CHAOS_LEDGER": LEDGER,
             "CHAOS_TASKS_OUTBOX": "1" if self.tasks_outbox else "0",
         }
+        env.pop("CHAOS_RELEASE", None)
+        if release:
+            env["CHAOS_RELEASE"] = release
         env.pop("CHAOS_PG_NAME", None)
         env.update(self.db.env())
         for name in ("RTQ_REDIS_URL", "RTQ_TEST_PREFIX", "RTQ_TEST_LEASE"):
@@ -351,12 +375,15 @@ class Chaos:
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout
 
-    def start_worker(self, *args: str, name: str | None = None, redis_url: str | None = None) -> Worker:
+    def start_worker(
+        self, *args: str, name: str | None = None, redis_url: str | None = None, release: str | None = None
+    ) -> Worker:
         worker = Worker(
             self,
             name or f"w{len(self.workers)}",
             ("--loglevel", "INFO", *args),
             redis_url or self.worker_url,
+            release,
         )
         self.workers.append(worker)
         self.watch.watch(worker.pid)
@@ -388,6 +415,36 @@ class Chaos:
             process = subprocess.Popen(
                 [sys.executable, *command, "--interval", str(interval)],
                 env=self.env(self.redis_url),
+                cwd=self.dir,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        self.clients.append((process, out))
+        return process
+
+    def call(
+        self,
+        calls: list[tuple[str, str, list, dict]],
+        *,
+        name: str,
+        release: str | None = None,
+        interval: float = 0.0,
+    ) -> subprocess.Popen:
+        """Start a client of the project (of its `release`, if given) enqueueing, one every
+        `interval` seconds, each `(key, task, args, kwargs)`: the task type of the dotted path
+        `task` with these arguments, through its own `.enqueue()`; `key` names the call."""
+        specs = self.dir / f"{name}.specs"
+        lines = [
+            json.dumps({"key": key, "task": task, "args": args, "kwargs": kwargs})
+            for key, task, args, kwargs in calls
+        ]
+        specs.write_text("".join(line + "\n" for line in lines))
+        out = self.dir / f"{name}.out"
+        out.touch()
+        with open(self.dir / f"{name}.log", "a") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "caller", str(specs), str(out), "--interval", str(interval)],
+                env=self.env(self.redis_url, release),
                 cwd=self.dir,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -538,6 +595,14 @@ class Chaos:
         """How many tasks are live (pending, active, scheduled, retry); -1 if Redis does not answer."""
         sizes = self.sizes()
         return -1 if sizes is None else sum(sizes[s] for s in LIVE_STATES)
+
+    def ledger(self) -> list[dict]:
+        """The facts each handler of chaosapp/ledger.py recorded of its run, in the order run."""
+        return [json.loads(entry) for entry in self.client.lrange(LEDGER, 0, -1)]
+
+    def claims(self, task_ids: list[str]) -> list[int]:
+        """How many times each task was claimed (its `runs` counter; 0 once it is gone)."""
+        return [int(n or 0) for n in self.client.hmget(self.keys.runs, task_ids)] if task_ids else []
 
     def wait_started(self, count: int, timeout: float = 60) -> None:
         """Wait until handlers have started `count` runs (the workers are up and working)."""

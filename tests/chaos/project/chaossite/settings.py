@@ -2,13 +2,16 @@
 Redis is and a key prefix. The chaos tests run it in subprocesses (tests/chaos/harness.py).
 
 Its database is a SQLite file (CHAOS_DATABASE), or the PostgreSQL database CHAOS_PG_NAME if
-that is set. CHAOS_TASKS_OUTBOX=1 turns on the tasks backend's transactional outbox."""
+that is set. CHAOS_TASKS_OUTBOX=1 turns on the tasks backend's transactional outbox.
+CHAOS_RELEASE names the release of `deployapp` on the process's path, if any."""
 
 import os
 
 SECRET_KEY = "chaos-project"
 USE_TZ = True
 INSTALLED_APPS = ["django_rtq", "chaosapp"]
+if os.environ.get("CHAOS_RELEASE"):  # a process of a release of deployapp (releases/<release>/)
+    INSTALLED_APPS.append("deployapp")
 if os.environ.get("CHAOS_PG_NAME"):
     DATABASES = {
         "default": {

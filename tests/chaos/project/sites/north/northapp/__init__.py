@@ -1,0 +1,1 @@
+"""North's app: its one task."""

@@ -1,0 +1,1 @@
+"""South's app: its one task."""
