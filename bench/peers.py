@@ -5,7 +5,7 @@ Run from the repository root, with a Python that has redis-py and psutil (the te
     .venv-test/django6/bin/python bench/peers.py [--quick] [--only rtq,rtq-django,huey]
         [--handlers empty,incr,orm,sleep] [--enqueue-tasks 5000] [--drain-tasks 10000]
         [--drain-seconds 15] [--latency-tasks 300] [--memory-tasks 100000]
-        [--concurrency 10] [--sleep-concurrency 50] [--no-pin]
+        [--concurrency 10] [--sleep-concurrency 50] [--repeat 1] [--no-pin]
 
 Systems: django-rtq through its own `@task` ("rtq") and through `django.tasks` ("rtq-django"),
 both from the test venv (.venv-test/django6: Django 6, this checkout); huey, Dramatiq, Celery and
@@ -39,15 +39,22 @@ huey `huey_consumer -k thread -w N` (P consumers); Dramatiq `--processes P --thr
 `SimpleWorker` (P workers, one job at a time each, no fork per job). N is `--concurrency`,
 `--sleep-concurrency` for `sleep`.
 
+`--repeat N` makes every measurement N times, back to back (a run of the workers: the drain
+with one process and its latency, then the drain with two), and prints each figure as the median
+of its N runs with the lowest and the highest beside it (`7,391/s (6,950-7,610, median of 5)`,
+with an en dash); ratios are of the medians.
+
 It prints the versions and the machine's load, a line per system and handler as it goes, then
 a table per handler, its ratios to huey, and the figures issue 12 is judged on. On a shared
-2-core box the absolute numbers move by tens of percent from run to run: read the ratios.
+2-core box the absolute numbers move by tens of percent from run to run: read the ratios, and
+medians of several runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import glob
 import json
 import os
@@ -60,13 +67,15 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 import redis
+
+T = TypeVar("T")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 VENV_ROOT = REPO_ROOT / ".venv-bench"
@@ -90,6 +99,8 @@ REPORT_SETTLE = 0.05
 WORKER_START_TIMEOUT = 60.0
 WORKER_STOP_TIMEOUT = 20.0
 LATENCY_WARMUP = 20
+#: Between the ends of a range of runs (RUF001 rejects the character itself in a string).
+EN_DASH = "\u2013"
 #: The private redis-server: loopback only, nothing saved.
 SERVER_OPTIONS = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no"]
 #: Sizes of a full run (under ~15 minutes on 2 cores) and of --quick (about 2 minutes).
@@ -129,6 +140,35 @@ class System:
     one_at_a_time: bool = False  # RQ: a process runs one job at a time, whatever --concurrency
 
 
+@dataclass(frozen=True)
+class Figure:
+    """One figure measured once a run (--repeat runs): printed as the median of the runs."""
+
+    samples: tuple[float, ...]
+
+    @classmethod
+    def of(cls, values: Iterable[float | None]) -> Figure | None:
+        """The figure of the runs that gave a value, or None if none did."""
+        samples = tuple(value for value in values if value is not None)
+        return cls(samples) if samples else None
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    def text(self, form: Callable[[float], str], suffix: str = "", count: bool = False) -> str:
+        """The median, and beside it the lowest and the highest of the runs if there were several
+        and they differ as written (and how many, if `count`)."""
+        notes = []
+        if len(self.samples) > 1:
+            low, high = form(min(self.samples)), form(max(self.samples))
+            if low != high:
+                notes.append(f"{low}{EN_DASH}{high}")
+            if count:
+                notes.append(f"median of {len(self.samples)}")
+        return form(self.median) + suffix + (f" ({', '.join(notes)})" if notes else "")
+
+
 @dataclass
 class Drain:
     done: int
@@ -144,17 +184,37 @@ class Drain:
 
 
 @dataclass
+class Latency:
+    p50: float  # seconds
+    p99: float
+
+
+@dataclass
 class Row:
     system: System
     handler: str
     concurrency: int
-    enqueue: float | None = None  # tasks/s
-    bulk: float | None = None
+    enqueue: Figure | None = None  # tasks/s
+    bulk: Figure | None = None
     bulk_call: str | None = None
-    drains: dict[int, Drain] = field(default_factory=dict)  # by processes
-    p50: float | None = None  # seconds
-    p99: float | None = None
-    seconds: float = 0.0  # what measuring the row took
+    drains: dict[int, list[Drain]] = field(default_factory=dict)  # by processes, one a run
+    latencies: list[Latency] = field(default_factory=list)  # one a run
+    seconds: float = 0.0  # what measuring the row took (all its runs)
+
+    def drain(self, processes: int, value: Callable[[Drain], float]) -> Figure | None:
+        """A figure of the drains with `processes` worker processes, or None without any."""
+        return Figure.of(value(drain) for drain in self.drains.get(processes, []))
+
+    def capped(self, processes: int) -> bool:
+        return any(drain.capped for drain in self.drains.get(processes, []))
+
+    @property
+    def p50(self) -> Figure | None:
+        return Figure.of(latency.p50 for latency in self.latencies)
+
+    @property
+    def p99(self) -> Figure | None:
+        return Figure.of(latency.p99 for latency in self.latencies)
 
 
 @dataclass
@@ -183,6 +243,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--memory-tasks", type=int, help="pending tasks for Redis's memory per task")
     parser.add_argument("--concurrency", type=int, default=10, help="threads per worker process")
     parser.add_argument("--sleep-concurrency", type=int, default=50, help="threads for the sleep handler")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="runs of every measurement; the median is printed, with the range",
+    )
     parser.add_argument("--rtq-python", type=Path, default=DEFAULT_RTQ_PYTHON, help="django-rtq's Python")
     parser.add_argument("--base-python", type=Path, help="Python that makes the peers' virtualenvs")
     parser.add_argument("--redis-server", default="/usr/bin/redis-server", help="redis-server binary")
@@ -201,6 +267,8 @@ def parse_args() -> argparse.Namespace:
     unknown = sorted(set(args.handlers) - set(HANDLERS))
     if unknown:
         parser.error(f"unknown handlers: {', '.join(unknown)}")
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
     return args
 
 
@@ -452,6 +520,10 @@ class Context:
     def concurrency(self, handler: str) -> int:
         return self.args.sleep_concurrency if handler == "sleep" else self.args.concurrency
 
+    def repeat(self, measure: Callable[[], T]) -> list[T]:
+        """What `measure` gives in each of --repeat runs, made back to back."""
+        return [measure() for _ in range(self.args.repeat)]
+
 
 def measure_enqueue(ctx: Context, driver: Driver, handler: str) -> float:
     """Tasks/s of enqueue calls one after the other."""
@@ -509,8 +581,8 @@ def wait_for_drain(ctx: Context, workers: list[subprocess.Popen], n: int, log: P
     )
 
 
-def measure_latency(ctx: Context, driver: Driver, handler: str) -> tuple[float, float]:
-    """p50 and p99 (seconds) of single tasks sent to the idle worker that runs now."""
+def measure_latency(ctx: Context, driver: Driver, handler: str) -> Latency:
+    """p50 and p99 of single tasks sent to the idle worker that runs now."""
     answer = driver.call(
         "latency",
         handler=handler,
@@ -519,7 +591,7 @@ def measure_latency(ctx: Context, driver: Driver, handler: str) -> tuple[float, 
         gap=ctx.args.latency_gap,
     )
     latencies = answer["latencies"]
-    return percentile(latencies, 50), percentile(latencies, 99)
+    return Latency(percentile(latencies, 50), percentile(latencies, 99))
 
 
 def one_process_pinned(commands: list[list[str]], processes: int, ctx: Context) -> list[list[str]]:
@@ -542,32 +614,34 @@ def unpin(workers: list[subprocess.Popen]) -> None:
                 subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
 
 
-def measure_drains(ctx: Context, driver: Driver, row: Row) -> None:
-    """Drains with one and two processes; the latency with one, at the same worker once idle
-    (at a fresh one if the drain was capped and left tasks behind)."""
+def measure_workers(ctx: Context, driver: Driver, row: Row) -> tuple[dict[int, Drain], Latency]:
+    """Drains with one and two processes (by processes); the latency with one, at the same worker
+    once idle (at a fresh one if the drain was capped and left tasks behind)."""
     system, handler, n = row.system, row.handler, ctx.args.drain_tasks
     env = system_env(system, ctx.redis_url, ctx.prefix)
     log = ctx.logs / f"worker-{system.name}-{handler}.log"
+    drains: dict[int, Drain] = {}
+    latency = None
     for processes in (1, 2):
         ctx.fresh(driver)
         driver.call("fill", handler=handler, count=n)
         commands = worker_commands(system, processes, row.concurrency, ctx.redis_url)
         workers = start_workers(one_process_pinned(commands, processes, ctx), env, log)
         try:
-            drain = wait_for_drain(ctx, workers, n, log)
-            row.drains[processes] = drain
-            if processes == 1 and not drain.capped:
+            drains[processes] = wait_for_drain(ctx, workers, n, log)
+            if processes == 1 and not drains[processes].capped:
                 unpin(workers)  # the latency is measured as the scheduler would place the worker
-                row.p50, row.p99 = measure_latency(ctx, driver, handler)
+                latency = measure_latency(ctx, driver, handler)
         finally:
             stop_workers(workers)
-    if row.p50 is None:
+    if latency is None:
         ctx.fresh(driver)
         workers = start_workers(worker_commands(system, 1, row.concurrency, ctx.redis_url), env, log)
         try:
-            row.p50, row.p99 = measure_latency(ctx, driver, handler)
+            latency = measure_latency(ctx, driver, handler)
         finally:
             stop_workers(workers)
+    return drains, latency
 
 
 def measure_memory(ctx: Context, driver: Driver) -> Memory:
@@ -607,10 +681,13 @@ def key_kind(key: str, prefix: str) -> str:
 def measure_row(ctx: Context, driver: Driver, handler: str) -> Row:
     started = time.monotonic()
     row = Row(driver.system, handler, 1 if driver.system.one_at_a_time else ctx.concurrency(handler))
-    row.enqueue = measure_enqueue(ctx, driver, handler)
-    row.bulk = measure_bulk(ctx, driver, handler)
+    row.enqueue = Figure.of(ctx.repeat(lambda: measure_enqueue(ctx, driver, handler)))
+    row.bulk = Figure.of(ctx.repeat(lambda: measure_bulk(ctx, driver, handler)))
     row.bulk_call = driver.hello["bulk"]
-    measure_drains(ctx, driver, row)
+    for drains, latency in ctx.repeat(lambda: measure_workers(ctx, driver, row)):
+        for processes, drain in drains.items():
+            row.drains.setdefault(processes, []).append(drain)
+        row.latencies.append(latency)
     row.seconds = time.monotonic() - started
     return row
 
@@ -625,22 +702,40 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[int(rank) - 1]
 
 
-def per_second(value: float | None) -> str:
-    return "—" if value is None else f"{value:,.0f}"
+def whole(value: float) -> str:
+    return f"{value:,.0f}"
 
 
-def drain_cell(drain: Drain | None) -> str:
-    if drain is None:
-        return "—"
-    return f"{drain.rate:,.0f}{'*' if drain.capped else ''}"
+def ms(value: float) -> str:
+    return f"{value * 1000:.2f}" if value < 0.01 else f"{value * 1000:.1f}"
 
 
-def ms(value: float | None) -> str:
-    return "—" if value is None else f"{value * 1000:.2f}" if value < 0.01 else f"{value * 1000:.1f}"
+def shown(
+    figure: Figure | None, form: Callable[[float], str] = whole, suffix: str = "", count: bool = False
+) -> str:
+    """The figure as Figure.text writes it, or — without one."""
+    return "—" if figure is None else figure.text(form, suffix, count)
 
 
-def ratio(value: float | None, base: float | None) -> str:
-    return "—" if value is None or not base else f"{value / base:.2f}x"
+def rate(drain: Drain) -> float:
+    return drain.rate
+
+
+def rss(drain: Drain) -> float:
+    return drain.rss
+
+
+def pss(drain: Drain) -> float:
+    return drain.pss
+
+
+def drain_text(row: Row, processes: int, suffix: str = "") -> str:
+    """The drain rate, marked * if a run was capped."""
+    return shown(row.drain(processes, rate), suffix=("*" if row.capped(processes) else "") + suffix)
+
+
+def ratio(value: Figure | None, base: Figure | None) -> str:
+    return "—" if value is None or base is None or not base.median else f"{value.median / base.median:.2f}x"
 
 
 def header_lines(systems: list[System], hellos: dict[str, dict[str, Any]], client: redis.Redis) -> list[str]:
@@ -661,16 +756,35 @@ def header_lines(systems: list[System], hellos: dict[str, dict[str, Any]], clien
     return lines
 
 
+def repeat_line(repeat: int) -> str:
+    if repeat == 1:
+        return "bench: every figure is from one run of its measurement (--repeat 1)"
+    return (
+        f"bench: every figure is the median of {repeat} runs of its measurement, made back to back,"
+        f" with their range (min{EN_DASH}max) beside it; ratios are of the medians"
+    )
+
+
 def progress_line(row: Row) -> str:
-    parts = [f"{row.handler:<5} {row.system.label:<24}", f"enqueue {per_second(row.enqueue)}/s"]
+    parts = [f"{row.handler:<5} {row.system.label:<24}", f"enqueue {shown(row.enqueue, suffix='/s')}"]
     if row.bulk is not None:
-        parts.append(f"bulk ({row.bulk_call}) {per_second(row.bulk)}/s")
-    for processes, drain in sorted(row.drains.items()):
+        parts.append(f"bulk ({row.bulk_call}) {shown(row.bulk, suffix='/s')}")
+
+    def figure(
+        processes: int, value: Callable[[Drain], float], form: Callable[[float], str], unit: str
+    ) -> str:
+        return shown(row.drain(processes, value), form, unit)
+
+    for p in sorted(row.drains):
         parts.append(
-            f"drain {processes}p {drain.done:,} in {drain.seconds:.2f} s = {drain_cell(drain)}/s"
-            f" (start spread {drain.spread * 1000:.0f} ms, RSS {drain.rss:.0f} MiB, PSS {drain.pss:.0f} MiB)"
+            f"drain {p}p {drain_text(row, p, '/s')}: {figure(p, lambda d: d.done, whole, ' tasks')}"
+            f" in {figure(p, lambda d: d.seconds, '{:.2f}'.format, ' s')},"
+            f" start spread {figure(p, lambda d: d.spread * 1000, '{:.0f}'.format, ' ms')},"
+            f" RSS {figure(p, rss, '{:.0f}'.format, ' MiB')}, PSS {figure(p, pss, '{:.0f}'.format, ' MiB')}"
         )
-    parts.append(f"latency p50 {ms(row.p50)} ms p99 {ms(row.p99)} ms ({row.seconds:.0f} s)")
+    parts.append(
+        f"latency p50 {shown(row.p50, ms, ' ms')}, p99 {shown(row.p99, ms, ' ms')} ({row.seconds:.0f} s)"
+    )
     return "; ".join(parts)
 
 
@@ -683,7 +797,7 @@ COLUMNS = (
     "p50 ms",
     "p99 ms",
 )
-MEMORY_COLUMNS = ("RSS/PSS MiB 1p", "RSS/PSS MiB 2p")
+MEMORY_COLUMNS = ("RSS MiB 1p", "PSS MiB 1p", "RSS MiB 2p", "PSS MiB 2p")
 
 
 def table(rows: list[list[str]]) -> list[str]:
@@ -698,37 +812,32 @@ def table(rows: list[list[str]]) -> list[str]:
 
 
 def values(row: Row) -> list[str]:
-    one, two = row.drains.get(1), row.drains.get(2)
     return [
         row.system.label,
-        per_second(row.enqueue),
-        per_second(row.bulk),
-        drain_cell(one),
-        drain_cell(two),
-        ms(row.p50),
-        ms(row.p99),
-        f"{one.rss:.0f}/{one.pss:.0f}" if one else "—",
-        f"{two.rss:.0f}/{two.pss:.0f}" if two else "—",
+        shown(row.enqueue),
+        shown(row.bulk),
+        drain_text(row, 1),
+        drain_text(row, 2),
+        shown(row.p50, ms),
+        shown(row.p99, ms),
+        shown(row.drain(1, rss)),
+        shown(row.drain(1, pss)),
+        shown(row.drain(2, rss)),
+        shown(row.drain(2, pss)),
     ]
 
 
 def ratios_to(row: Row, base: Row) -> list[str]:
-    def rate(r: Row, p: int) -> float | None:
-        return r.drains[p].rate if p in r.drains else None
-
-    def rss(r: Row, p: int) -> float | None:
-        return r.drains[p].rss if p in r.drains else None
-
     return [
         row.system.label,
         ratio(row.enqueue, base.enqueue),
         ratio(row.bulk, base.bulk),
-        ratio(rate(row, 1), rate(base, 1)),
-        ratio(rate(row, 2), rate(base, 2)),
+        ratio(row.drain(1, rate), base.drain(1, rate)),
+        ratio(row.drain(2, rate), base.drain(2, rate)),
         ratio(row.p50, base.p50),
         ratio(row.p99, base.p99),
-        ratio(rss(row, 1), rss(base, 1)),
-        ratio(rss(row, 2), rss(base, 2)),
+        ratio(row.drain(1, rss), base.drain(1, rss)),
+        ratio(row.drain(2, rss), base.drain(2, rss)),
     ]
 
 
@@ -752,35 +861,39 @@ def handler_tables(handler: str, rows: list[Row], ctx: Context) -> list[str]:
             f"ideal: {threads} threads / 5 ms = {ideal:,.0f}/s a process ({2 * ideal:,.0f}/s with 2)"
         )
         for row in rows:
-            if 1 in row.drains and 2 in row.drains:
+            one, two = row.drain(1, lambda d: d.rate / ideal), row.drain(2, lambda d: d.rate / (2 * ideal))
+            if one and two:
                 lines.append(
-                    f"  {row.system.label:<24} {row.drains[1].rate / ideal:6.1%} of the ideal with 1"
-                    f" process, {row.drains[2].rate / (2 * ideal):6.1%} with 2"
+                    f"  {row.system.label:<24} {shown(one, '{:.1%}'.format)} of the ideal with 1 process,"
+                    f" {shown(two, '{:.1%}'.format)} with 2"
                 )
     return lines
 
 
-def memory_lines(memories: list[Memory]) -> list[str]:
+def memory_lines(memories: list[list[Memory]]) -> list[str]:
+    """A line per system of its runs of measure_memory."""
     if not memories:
         return []
     rows = [["system", "pending tasks", "used_memory +", "bytes a task", "keys", "MEMORY USAGE a task"]]
-    for memory in memories:
+    for runs in memories:
         rows.append(
             [
-                memory.system.label,
-                f"{memory.tasks:,}",
-                f"{memory.used / 2**20:,.1f} MiB",
-                f"{memory.used / memory.tasks:,.0f}",
-                f"{memory.keys:,}",
-                f"{memory.key_bytes / memory.tasks:,.0f}",
+                runs[0].system.label,
+                f"{runs[0].tasks:,}",
+                shown(Figure.of(m.used / 2**20 for m in runs), "{:,.1f}".format, " MiB"),
+                shown(Figure.of(m.used / m.tasks for m in runs)),
+                shown(Figure.of(m.keys for m in runs)),
+                shown(Figure.of(m.key_bytes / m.tasks for m in runs)),
             ]
         )
     lines = ["", "== Redis memory per small pending task (empty, enqueued the fastest way)", *table(rows)]
     lines.append("MEMORY USAGE a task, by key (the biggest four):")
-    for memory in memories:
-        biggest = sorted(memory.kinds.items(), key=lambda item: -item[1])[:4]
-        text = ", ".join(f"{kind} {size / memory.tasks:,.0f}" for kind, size in biggest)
-        lines.append(f"  {memory.system.label}: {text}")
+    for runs in memories:
+        kinds = {kind for m in runs for kind in m.kinds}
+        figures = {kind: Figure(tuple(m.kinds.get(kind, 0) / m.tasks for m in runs)) for kind in kinds}
+        biggest = sorted(figures.items(), key=lambda item: -item[1].median)[:4]
+        text = ", ".join(f"{kind} {figure.text(whole)}" for kind, figure in biggest)
+        lines.append(f"  {runs[0].system.label}: {text}")
     return lines
 
 
@@ -788,85 +901,92 @@ def find(rows: list[Row], system: str, handler: str) -> Row | None:
     return next((r for r in rows if r.system.name == system and r.handler == handler), None)
 
 
-def median_of(rows: list[Row], system: str, value: Callable[[Row], float | None]) -> float | None:
-    """The median of a figure over the system's rows (one a handler), or None without any."""
-    found = [v for r in rows if r.system.name == system and (v := value(r)) is not None]
-    return statistics.median(found) if found else None
+def pooled(rows: list[Row], system: str, value: Callable[[Row], Figure | None]) -> Figure | None:
+    """Every run of a figure over the system's rows (one a handler) as one figure, or None."""
+    return Figure.of(
+        sample
+        for r in rows
+        if r.system.name == system and (f := value(r)) is not None
+        for sample in f.samples
+    )
 
 
-def target_lines(rows: list[Row], memories: list[Memory], ctx: Context) -> list[str]:
+def target_lines(rows: list[Row], memories: list[list[Memory]], ctx: Context) -> list[str]:
     """The comparisons issue 12 is judged on, each on one line (where the run has both sides)."""
     lines = ["", "== issue 12's figures"]
 
-    def rate(row: Row | None, processes: int) -> float | None:
-        return row.drains[processes].rate if row and processes in row.drains else None
+    def drain_rate(row: Row | None, processes: int) -> Figure | None:
+        return row.drain(processes, rate) if row else None
 
-    def both(a: float | None, b: float | None, text: str) -> None:
+    def both(a: Figure | None, b: Figure | None, text: str) -> None:
+        """A line comparing two rates: `text` with {a} and {b} (their figures) and {r} (a / b)."""
         if a is not None and b is not None:
-            lines.append(text.format(a=a, b=b, r=a / b))
+            a_text, b_text = a.text(whole, "/s", count=True), b.text(whole, "/s", count=True)
+            lines.append(text.format(a=a_text, b=b_text, r=a.median / b.median))
 
     incr_dj, incr_huey = find(rows, "rtq-django", "incr"), find(rows, "huey", "incr")
     for p in (1, 2):
         both(
-            rate(incr_dj, p),
-            rate(incr_huey, p),
-            f"incr, {p} worker process{'es' if p > 1 else ''}: django.tasks {{a:,.0f}}/s vs huey {{b:,.0f}}/s"
-            " = {r:.2f}x",
+            drain_rate(incr_dj, p),
+            drain_rate(incr_huey, p),
+            f"incr, {p} worker process{'es' if p > 1 else ''}: django.tasks {{a}} vs huey {{b}} = {{r:.2f}}x",
         )
     ideal = ctx.args.sleep_concurrency / SLEEP_SECONDS
     for name in ("rtq-django", "rtq"):
         row = find(rows, name, "sleep")
         for p in (1, 2):
             both(
-                rate(row, p),
-                ideal * p,
+                drain_rate(row, p),
+                Figure((ideal * p,)),
                 f"sleep(0.005) at concurrency {ctx.args.sleep_concurrency}, {p} process"
-                f"{'es' if p > 1 else ''}, {row.system.label if row else name}: {{a:,.0f}}/s of the ideal"
-                " {b:,.0f}/s = {r:.1%}",
+                f"{'es' if p > 1 else ''}, {row.system.label if row else name}: {{a}} of the ideal"
+                " {b} = {r:.1%}",
             )
     native, dj = find(rows, "rtq", "empty"), find(rows, "rtq-django", "empty")
     both(
-        rate(dj, 1),
-        rate(native, 1),
-        "empty, 1 process: django.tasks {a:,.0f}/s vs @task {b:,.0f}/s = {r:.2f}x the native path",
+        drain_rate(dj, 1),
+        drain_rate(native, 1),
+        "empty, 1 process: django.tasks {a} vs @task {b} = {r:.2f}x the native path",
     )
     both(
-        rate(native, 1),
-        rate(find(rows, "huey", "empty"), 1),
-        "empty, 1 process: django-rtq @task {a:,.0f}/s vs huey {b:,.0f}/s = {r:.2f}x",
+        drain_rate(native, 1),
+        drain_rate(find(rows, "huey", "empty"), 1),
+        "empty, 1 process: django-rtq @task {a} vs huey {b} = {r:.2f}x",
     )
-    # Enqueueing and the start of a task do not depend on its body: each handler's row is one
-    # more sample of the same figure, and their median is steadier than any one of them.
-    n_rows = len(ctx.args.handlers)
-    huey_enqueue = median_of(rows, "huey", lambda r: r.enqueue)
+    # Enqueueing and the start of a task do not depend on its body: each handler's row is more
+    # runs of the same figure, and the median of all of them is steadier than any row's.
+    huey_enqueue = pooled(rows, "huey", lambda r: r.enqueue)
     for name in ("rtq", "rtq-django"):
         both(
-            median_of(rows, name, lambda r: r.enqueue),
+            pooled(rows, name, lambda r: r.enqueue),
             huey_enqueue,
-            f"single enqueue (median of {n_rows} rows), {LABELS[name]}: {{a:,.0f}}/s vs huey {{b:,.0f}}/s"
-            " = {r:.2f}x",
+            f"single enqueue (every handler's runs), {LABELS[name]}: {{a}} vs huey {{b}} = {{r:.2f}}x",
         )
-    bulk = median_of(rows, "rtq", lambda r: r.bulk)
+    bulk = pooled(rows, "rtq", lambda r: r.bulk)
     if bulk is not None:
-        rq = median_of(rows, "rq", lambda r: r.bulk)
+        rq = pooled(rows, "rq", lambda r: r.bulk)
         lines.append(
-            f"bulk enqueue_many (median of {n_rows} rows), django-rtq: {bulk:,.0f}/s in calls of"
-            f" {ctx.args.enqueue_tasks:,}" + (f" (RQ enqueue_many {rq:,.0f}/s)" if rq else "")
+            f"bulk enqueue_many (every handler's runs), django-rtq:"
+            f" {bulk.text(whole, '/s', count=True)} in calls of {ctx.args.enqueue_tasks:,}"
+            + (f" (RQ enqueue_many {rq.text(whole, '/s', count=True)})" if rq else "")
         )
-    huey_p50, huey_p99 = median_of(rows, "huey", lambda r: r.p50), median_of(rows, "huey", lambda r: r.p99)
+    huey_p50, huey_p99 = pooled(rows, "huey", lambda r: r.p50), pooled(rows, "huey", lambda r: r.p99)
     for name in ("rtq", "rtq-django"):
-        p50, p99 = median_of(rows, name, lambda r: r.p50), median_of(rows, name, lambda r: r.p99)
+        p50, p99 = pooled(rows, name, lambda r: r.p50), pooled(rows, name, lambda r: r.p99)
         if p50 and p99 and huey_p50 and huey_p99:
+            texts = [figure.text(ms, " ms", count=True) for figure in (p50, p99, huey_p50, huey_p99)]
             lines.append(
-                f"latency at an idle worker (medians of {n_rows} rows), {LABELS[name]}: p50 {ms(p50)} ms,"
-                f" p99 {ms(p99)} ms vs huey p50 {ms(huey_p50)} ms, p99 {ms(huey_p99)} ms"
-                f" = {p50 / huey_p50:.2f}x and {p99 / huey_p99:.2f}x"
+                f"latency at an idle worker (every handler's runs), {LABELS[name]}: p50 {texts[0]},"
+                f" p99 {texts[1]} vs huey p50 {texts[2]}, p99 {texts[3]}"
+                f" = {p50.median / huey_p50.median:.2f}x and {p99.median / huey_p99.median:.2f}x"
             )
-    for memory in memories:
+    for runs in memories:
+        per_task = Figure(tuple(m.used / m.tasks for m in runs))
+        used = Figure(tuple(m.used / 2**20 for m in runs))
         lines.append(
-            f"Redis memory per small pending task, {memory.system.label}:"
-            f" {memory.used / memory.tasks:,.0f} bytes"
-            f" (used_memory +{memory.used / 2**20:,.1f} MiB for {memory.tasks:,} tasks)"
+            f"Redis memory per small pending task, {runs[0].system.label}:"
+            f" {per_task.text(whole, ' bytes', count=True)},"
+            f" used_memory +{used.text('{:,.1f}'.format, ' MiB')} for {runs[0].tasks:,} tasks"
         )
     return lines
 
@@ -890,6 +1010,7 @@ def run(
             f" tasks (timed for at most {args.drain_seconds:g} s), {args.latency_tasks} latency tasks"
             f" {args.latency_gap * 1000:g} ms apart, {args.memory_tasks:,} tasks for memory"
         )
+        lines.append(repeat_line(args.repeat))
         if args.redis_cpu is not None:
             lines.append(
                 f"bench: redis-server kept on CPU {args.redis_cpu}, the enqueueing drivers on CPU"
@@ -906,7 +1027,7 @@ def run(
                 row = measure_row(ctx, drivers[system.name], handler)
                 rows.append(row)
                 print(progress_line(row), flush=True)
-        memories = [measure_memory(ctx, drivers[system.name]) for system in systems]
+        memories = [ctx.repeat(functools.partial(measure_memory, ctx, drivers[s.name])) for s in systems]
         summary: list[str] = []
         for handler in args.handlers:
             summary += handler_tables(handler, [r for r in rows if r.handler == handler], ctx)
