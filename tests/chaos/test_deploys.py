@@ -20,8 +20,9 @@ from collections import Counter
 import pytest
 
 from django_rtq.broker import Broker
+from django_rtq.broker.claims import PARKED_BASE
 from django_rtq.broker.versions import MESSAGE_FORMAT
-from django_rtq.broker.waiting import PARKED_BASE, waiting_for_worker
+from django_rtq.broker.waiting import waiting_for_worker
 from tests.chaos.harness import KEY_PREFIX, QUEUE, Chaos, report
 from tests.support.polling import wait_for
 
