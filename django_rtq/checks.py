@@ -257,16 +257,24 @@ def tasks_api_module() -> str | None:
     return None
 
 
+def _deploy_target() -> RedisTarget | None:
+    """The Redis the deployment checks reach; None where the settings are wrong (other checks
+    say why)."""
+    conf = _settings()
+    if conf is None:
+        return None
+    try:
+        return redis_target(conf)
+    except ImproperlyConfigured:
+        return None  # E002 or E003 says why
+
+
 @checks.register(TAG, REDIS_TAG, deploy=True)
 def check_redis_reachable(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """W003 (deployment only): Redis does not answer PING."""
-    conf = _settings()
-    if conf is None:
+    target = _deploy_target()
+    if target is None:
         return []
-    try:
-        target = redis_target(conf)
-    except ImproperlyConfigured:
-        return []  # E002 or E003 says why
     try:
         with _deploy_client(target) as client:
             client.ping()
@@ -286,13 +294,10 @@ def check_redis_reachable(app_configs: Any = None, **kwargs: Any) -> list[checks
 def check_other_projects(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """W009 (deployment only): live workers of another Django project use the same Redis
     database and key prefix (django_rtq/projects.py); one warning per other project."""
-    conf = _settings()
-    if conf is None:
+    target = _deploy_target()
+    if target is None:
         return []
-    try:
-        target = redis_target(conf)
-    except ImproperlyConfigured:
-        return []  # E002 or E003 says why
+    conf = get_settings()
     try:
         with _deploy_client(target) as client:
             inspector = Inspector(Broker(client, prefix=conf.KEY_PREFIX))
