@@ -304,3 +304,39 @@ def test_parked_base_is_the_same_in_python_and_lua_and_above_every_held_score():
     lowest_priority_band = (100 - MIN_PRIORITY) * 10**13
     assert HELD_BASE + lowest_priority_band + 10**13 < PARKED_BASE
     assert PARKED_BASE + lowest_priority_band + 10**13 < 2**53  # still exact in a double
+
+
+def test_a_worker_finds_the_kinds_it_can_run_behind_many_it_cannot(broker, worker_of):
+    broker.enqueue([TaskMessage(id=f"gone-{i}", task=f"tests.gone.t{i:02}", queue=QUEUE) for i in range(60)])
+    old = worker_of("old-release")
+    while old.fetcher.run_once():
+        pass
+    ids = enqueue_new(broker, 2)
+    old.fetcher.run_once()
+    assert len(waiting_for_worker(broker, QUEUE)) == 61
+
+    with registered(NEW_TYPE, welcome):
+        new = worker_of("new-release")
+        rounds = 0
+        while new.fetcher.run_once() and rounds < 5:  # two rounds of judging: 50 kinds, then 11
+            rounds += 1
+        assert run_all(new) == ids
+    assert rounds == 2
+
+
+def test_the_janitor_notes_again_kinds_whose_facts_were_lost(broker, worker_of, redis_client):
+    ids = enqueue_new(broker, 2)
+    worker_of("old-release").fetcher.run_once()
+    redis_client.delete(broker.queue(QUEUE).parked_kinds)  # lost: the tasks would wait unseen
+    assert waiting_for_worker(broker, QUEUE) == []
+
+    janitor = Janitor(broker=broker, queues=[QUEUE], interval=1, archive_max_age=3600, archive_max_size=100)
+    janitor.archive_waited(QUEUE)
+    [waiting] = waiting_for_worker(broker, QUEUE)
+    assert (waiting.task, waiting.count) == (NEW_TYPE, 2)
+    assert waiting.reason == f"waiting for a worker that can run task type {NEW_TYPE!r}"
+    with registered(NEW_TYPE, welcome):
+        new = worker_of("new-release")
+        new.fetcher.run_once()
+        new.fetcher.run_once()
+        assert run_all(new) == ids

@@ -97,7 +97,7 @@ def exercise_every_operation(broker: Broker, clock: FakeClock) -> None:
     kind = kind_of("tests.nowhere", UNKNOWN_TYPE)
     left = broker.claim(EMAILS, worker_id=WORKER, limit=10)
     broker.park(EMAILS, worker_id=WORKER, entries=[(task.id, task.run, kind, "unknown") for task in left])
-    broker.forget_parked(EMAILS, [kind])
+    broker.forget_parked(EMAILS)
 
     records = broker.take_finished(EMAILS, worker_id=WORKER, lock_ms=1000, limit=10)
     broker.ack_finished(EMAILS, records, worker_id=WORKER, release=True)

@@ -457,13 +457,14 @@ class Broker:
             args += entry
         return self.run_script("park", keys, args)
 
-    def forget_parked(self, queue: str, kinds: Sequence[str], *, per_kind: int = 1000) -> int:
-        """Drop the parked index's entries of tasks no longer parked, and forget kinds left
-        without one; return how many entries were dropped."""
-        if not kinds:
-            return 0
+    def forget_parked(self, queue: str, *, per_kind: int = 1000) -> int:
+        """Tidy a queue's parked tasks: drop the index's entries of tasks no longer parked,
+        forget kinds left without one, and note kinds whose facts were lost (forget_parked.lua).
+        Return how many entries were dropped."""
         qk = self.queue(queue)
-        return self.run_script("forget_parked", [qk.pending, qk.parked, qk.parked_kinds], [per_kind, *kinds])
+        return self.run_script(
+            "forget_parked", [qk.pending, qk.parked, qk.parked_kinds], [per_kind, self.now_ms()]
+        )
 
     def leave_idle(self, queues: Iterable[str], *, worker_id: str) -> None:
         """Stop being handed tasks in these queues (a worker shutting down, or full)."""

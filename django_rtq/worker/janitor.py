@@ -53,8 +53,9 @@ class Janitor(Component):
         return deleted
 
     def archive_waited(self, queue: str) -> int:
-        """Archive the parked tasks of kinds no worker took for the grace, saying so; tidy the
-        parked index. Return how many were archived."""
+        """Tidy the parked index, and archive the parked tasks of kinds no worker took for the
+        grace, saying so. Return how many were archived."""
+        self.broker.forget_parked(queue)
         kinds = parked_kinds(self.broker, queue)
         if not kinds:
             return 0
@@ -74,5 +75,6 @@ class Janitor(Component):
             if count:
                 self.logger.warning("archived %d task(s) of queue %r: %s", count, queue, reason)
             archived += count
-        self.broker.forget_parked(queue, list(kinds))
+        if archived:
+            self.broker.forget_parked(queue)
         return archived

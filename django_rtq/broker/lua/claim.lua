@@ -62,7 +62,7 @@ local limit, start_now, idle_for = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumbe
 local SCAN_LIMIT = 200
 -- Held tasks a claim moves back to pending (or finds gone), at most.
 local RELEASE_LIMIT = 1000
--- Parked kinds a claim looks at, at most (one ZRANGEBYLEX each).
+-- Parked kinds a claim tells the worker of at once, at most (it judges them, and claims again).
 local KINDS_LIMIT = 50
 -- Of a rate limit's accrual, how much (ms) a claim may come late without its start being lost:
 -- the wake-up, the round trip. Less than a token, so a bucket never lets an extra start through.
@@ -311,62 +311,55 @@ local function admit(task, id, count)
   return 'take'
 end
 
--- Take parked tasks of the kinds this worker can run, up to `want`, first in their kind's order,
--- and note the kinds it was told nothing of. A kind left empty is forgotten; one taken from
--- waits afresh from now (the grace before it is archived counts while no worker takes it).
+-- Take parked tasks of the kinds this worker can run (the kinds are those of `parked_kinds`, by
+-- task name), up to `want`, each kind's in their order, and note the kinds it was told nothing
+-- of. A kind left empty is forgotten; one taken from waits afresh from now (the grace before it
+-- is archived counts while no worker takes it).
 local function take_parked(want, under_limits)
-  local ids, from, looked = {}, '-', 0
-  while looked < KINDS_LIMIT do
-    local head = redis.call('ZRANGEBYLEX', wk.p.parked, from, '+', 'LIMIT', 0, 1)[1]
-    if not head then break end
-    looked = looked + 1
-    local kind = string.match(head, '^(.-)%z')
-    if not kind then
-      redis.call('ZREM', wk.p.parked, head)
-    else
-      from = '[' .. kind .. '\1'
-      if wk.take[kind] then
-        local task, refusers = string.match(kind, '^(.-)\1'), string.match(kind, '^.-\1args(\1.*)$')
-        local took, stop = false, false
-        while #ids < want and not stop do
-          local entries = redis.call('ZRANGEBYLEX', wk.p.parked, '[' .. kind .. '\0', '(' .. kind .. '\1',
-            'LIMIT', 0, want - #ids)
-          if #entries == 0 then break end
-          for _, entry in ipairs(entries) do
-            local score, id = string.match(string.sub(entry, #kind + 2), '^(%d+)%z(.+)$')
-            local current = score and tonumber(redis.call('ZSCORE', pending, id))
-            if current ~= (score and PARKED_BASE + tonumber(score)) then
-              redis.call('ZREM', wk.p.parked, entry)  -- run, archived or deleted since
-            else
-              local verdict = under_limits and admit(task, id, #ids) or 'take'
-              if verdict ~= 'take' then
-                stop = true
-                if verdict == 'stop' then looked = KINDS_LIMIT end
-                break
-              end
-              redis.call('ZREM', wk.p.parked, entry)
-              redis.call('ZREM', pending, id)
-              ids[#ids + 1] = id
-              took = true
-              if refusers then
-                wk.notes.refused_by[id] = refusers
-                wk.noted = true
-              end
+  local ids, taking = {}, true
+  local kinds = redis.call('HKEYS', wk.p.kinds)
+  table.sort(kinds)
+  for _, kind in ipairs(kinds) do
+    if wk.take[kind] then
+      local task, refusers = string.match(kind, '^(.-)\1'), string.match(kind, '^.-\1args(\1.*)$')
+      local took, blocked = false, false
+      while taking and not blocked and #ids < want do
+        local entries = redis.call('ZRANGEBYLEX', wk.p.parked, '[' .. kind .. '\0', '(' .. kind .. '\1',
+          'LIMIT', 0, want - #ids)
+        if #entries == 0 then break end
+        for _, entry in ipairs(entries) do
+          local score, id = string.match(string.sub(entry, #kind + 2), '^(%d+)%z(.+)$')
+          if not score or tonumber(redis.call('ZSCORE', pending, id)) ~= PARKED_BASE + tonumber(score) then
+            redis.call('ZREM', wk.p.parked, entry)  -- run, archived or deleted since
+          else
+            local verdict = under_limits and admit(task, id, #ids) or 'take'
+            if verdict ~= 'take' then
+              blocked = true  -- its type's limits stop it ('wait'), or all further starts ('stop')
+              if verdict == 'stop' then taking = false end
+              break
+            end
+            redis.call('ZREM', wk.p.parked, entry)
+            redis.call('ZREM', pending, id)
+            ids[#ids + 1] = id
+            took = true
+            if refusers then
+              wk.notes.refused_by[id] = refusers
+              wk.noted = true
             end
           end
         end
-        if redis.call('ZLEXCOUNT', wk.p.parked, '[' .. kind .. '\0', '(' .. kind .. '\1') == 0 then
-          redis.call('HDEL', wk.p.kinds, kind)
-        elseif took then
-          local ok, facts = pcall(cjson.decode, redis.call('HGET', wk.p.kinds, kind) or '')
-          if not (ok and type(facts) == 'table') then facts = {} end
-          facts.since = now
-          redis.call('HSET', wk.p.kinds, kind, cjson.encode(facts))
-        end
-      elseif not wk.refused[kind] then
-        wk.notes.kinds[#wk.notes.kinds + 1] = kind
-        wk.noted = true
       end
+      if redis.call('ZLEXCOUNT', wk.p.parked, '[' .. kind .. '\0', '(' .. kind .. '\1') == 0 then
+        redis.call('HDEL', wk.p.kinds, kind)
+      elseif took then
+        local ok, facts = pcall(cjson.decode, redis.call('HGET', wk.p.kinds, kind) or '')
+        if not (ok and type(facts) == 'table') then facts = {} end
+        facts.since = now
+        redis.call('HSET', wk.p.kinds, kind, cjson.encode(facts))
+      end
+    elseif not wk.refused[kind] and #wk.notes.kinds < KINDS_LIMIT then
+      wk.notes.kinds[#wk.notes.kinds + 1] = kind
+      wk.noted = true
     end
   end
   return ids
