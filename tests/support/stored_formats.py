@@ -285,22 +285,23 @@ def _info_archived_after_failures(b: Builder) -> dict[str, Any]:
     }
 
 
-def _info_recovered(b: Builder) -> dict[str, Any]:
-    task_id = _info_task(b, "recovered")
-    b.broker.claim(QUEUE, worker_id=WORKER, limit=1)
+def _taken_back(b: Builder, name: str, *, started: bool) -> dict[str, Any]:
+    """A task whose worker died: recovered once if it had started, requeued once if not."""
+    task_id = _info_task(b, name)
+    b.broker.claim(QUEUE, worker_id=WORKER, limit=1, start_now=1 if started else 0)
     b.clock.advance(b.broker.lease_ms / 1000 + 1)
-    assert b.broker.recover(QUEUE, grace_ms=0, max_recoveries=3) == [(task_id, "recovered")]
-    ran = {"state": TaskState.COMPLETED, "result": _reported(["recovered"]), "recovered": 1}
-    return {"stored": {task_id: {"state": TaskState.PENDING, "recovered": 1}}, "ran": {task_id: ran}}
+    count = "recovered" if started else "requeued"
+    assert b.broker.recover(QUEUE, grace_ms=0, max_recoveries=3) == [(task_id, count)]
+    ran = {"state": TaskState.COMPLETED, "result": _reported([name]), count: 1}
+    return {"stored": {task_id: {"state": TaskState.PENDING, count: 1}}, "ran": {task_id: ran}}
+
+
+def _info_recovered(b: Builder) -> dict[str, Any]:
+    return _taken_back(b, "recovered", started=True)
 
 
 def _info_requeued_unstarted(b: Builder) -> dict[str, Any]:
-    task_id = _info_task(b, "requeued_unstarted")
-    b.broker.claim(QUEUE, worker_id=WORKER, limit=1, start_now=0)
-    b.clock.advance(b.broker.lease_ms / 1000 + 1)
-    assert b.broker.recover(QUEUE, grace_ms=0, max_recoveries=3) == [(task_id, "requeued")]
-    ran = {"state": TaskState.COMPLETED, "result": _reported(["requeued_unstarted"]), "requeued": 1}
-    return {"stored": {task_id: {"state": TaskState.PENDING, "requeued": 1}}, "ran": {task_id: ran}}
+    return _taken_back(b, "requeued_unstarted", started=False)
 
 
 def _info_requeued_at_shutdown(b: Builder) -> dict[str, Any]:
