@@ -141,9 +141,51 @@ def signature_fingerprint(func: Callable[..., Any]) -> str:
     return hashlib.sha1(str(_signature(func)).encode(), usedforsecurity=False).hexdigest()[:8]
 
 
+#: Seconds between two announcements of one task type's signature by a process.
+ANNOUNCE_EVERY_SECONDS = 3600.0
+# (task name, signature fingerprint) -> when (monotonic) this process last announced it
+_announced: dict[tuple[str, str], float] = {}
+# what this process bound calls to and has not announced since ANNOUNCE_EVERY_SECONDS
+_unannounced: set[tuple[str, str]] = set()
+
+
+def note_signature(task_type: TaskSpec) -> None:
+    """Note that this process binds calls of a task type to its handler's signature: workers
+    of another release, whose signature differs, then know to wait for one that has it."""
+    seen = (task_type.name, signature_fingerprint(task_type.func))
+    last = _announced.get(seen)
+    if last is None or time.monotonic() - last > ANNOUNCE_EVERY_SECONDS:
+        _unannounced.add(seen)
+
+
+def take_unannounced() -> list[tuple[str, str]]:
+    """The signatures noted and not announced of late, taken as announced now."""
+    if not _unannounced:
+        return []
+    taken = list(_unannounced)
+    _unannounced.clear()
+    now = time.monotonic()
+    _announced.update(dict.fromkeys(taken, now))
+    return taken
+
+
+def forget_announcements() -> None:
+    """Have this process announce every signature again with its next enqueue (as after a
+    restart: when it talks to another Redis or key prefix, say)."""
+    _announced.clear()
+
+
+def give_back_unannounced(signatures: list[tuple[str, str]]) -> None:
+    """Signatures whose announcement failed: announce them with the next enqueue."""
+    for seen in signatures:
+        _announced.pop(seen, None)
+        _unannounced.add(seen)
+
+
 def _bind(task_type: TaskSpec, args: list[Any], kwargs: dict[str, Any]) -> None:
     """Raise InvalidArguments (a TypeError) in the caller if the handler could not take these
     arguments, rather than have the worker fail the task with the same TypeError."""
+    note_signature(task_type)
     signature = _signature(task_type.func)
     if signature is None:
         return

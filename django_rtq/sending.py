@@ -22,6 +22,7 @@ from .broker.message import TaskMessage
 from .conf import get_settings
 from .connection import get_broker, note_redis_away, redis_recently_away
 from .exceptions import BrokerUnavailable, DuplicateTask, TaskIdConflict
+from .message_builder import give_back_unannounced, take_unannounced
 from .outbox import Announce, delete_sent, keep, report_dropped, store
 
 logger = logging.getLogger(__name__)
@@ -43,6 +44,7 @@ def enqueue(messages: Sequence[TaskMessage], *, announce: Announce, on_commit: b
     Redis is away then).
     """
     conf = get_settings()
+    announce = _and_signatures(announce)
     if not on_commit:
         if conf.OUTBOX_FALLBACK:
             _send_or_keep(messages, announce)
@@ -61,6 +63,32 @@ def enqueue(messages: Sequence[TaskMessage], *, announce: Announce, on_commit: b
         raise TransactionManagementError("enqueue_on_commit() needs autocommit or an atomic() block.")
     else:
         _send_at_once(messages, announce)
+
+
+def _and_signatures(announce: Announce) -> Announce:
+    """`announce`, then the signatures this process binds calls to, once Redis took tasks."""
+
+    def announcing(messages: Sequence[TaskMessage]) -> None:
+        announce(messages)
+        _announce_signatures()
+
+    return announcing
+
+
+def _announce_signatures() -> None:
+    """Tell the workers the handler signatures this process binds calls to (a round trip the
+    first time a process enqueues a type, and each hour after): one that cannot bind a task's
+    arguments then knows whether a release that can still enqueues it."""
+    if redis_recently_away():
+        return
+    signatures = take_unannounced()
+    if not signatures:
+        return
+    try:
+        get_broker().announce_signatures(signatures)
+    except (BrokerUnavailable, redis.RedisError) as exc:
+        give_back_unannounced(signatures)
+        logger.debug("could not announce the task signatures: %s", exc)
 
 
 def _send_or_raise(messages: Sequence[TaskMessage], announce: Announce) -> None:

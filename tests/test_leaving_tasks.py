@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from django_rtq import registry
+from django_rtq import message_builder, registry
 from django_rtq.broker import TaskMessage, TaskState, manual
 from django_rtq.broker.claims import PARKED_BASE
 from django_rtq.broker.limits import HELD_BASE
@@ -30,6 +30,7 @@ from django_rtq.broker.waiting import (
 )
 from django_rtq.context import set_current_task
 from django_rtq.exceptions import NoWorkerCanRun
+from django_rtq.message_builder import signature_fingerprint
 from django_rtq.worker.janitor import Janitor
 from django_rtq.worker.processor import Processor
 from django_rtq.worker.processor.abilities import can_run
@@ -172,6 +173,7 @@ def test_arguments_that_do_not_fit_a_release_wait_for_one_they_fit(
     name = "tests.release_b.tasks.c"
     enqueued = TaskMessage(id="c-1", task=name, queue=QUEUE, args=[1], kwargs={"j": 1}, retention=60)
     broker.enqueue([enqueued])
+    broker.announce_signatures([(name, signature_fingerprint(new_c))])  # as the web tier enqueueing it did
     with registered(name, old_c):
         old = worker_of("old-release")
         old.fetcher.run_once()
@@ -340,3 +342,32 @@ def test_the_janitor_notes_again_kinds_whose_facts_were_lost(broker, worker_of, 
         new.fetcher.run_once()
         new.fetcher.run_once()
         assert run_all(new) == ids
+
+
+def test_arguments_that_fit_no_release_that_enqueues_or_runs_the_type_are_archived_at_once(
+    broker, worker_of, inspector
+):
+    name = "tests.release_b.tasks.c"
+    enqueued = TaskMessage(id="c-1", task=name, queue=QUEUE, args=[1], kwargs={"j": 1}, max_retries=5)
+    broker.enqueue([enqueued])  # as a producer that binds nothing would
+    with registered(name, old_c):
+        worker = worker_of("only-release")
+        worker.fetcher.run_once()
+        worker.settler.run_once()
+    archived = inspector.get_task("c-1")
+    assert archived.state == TaskState.ARCHIVED and archived.attempt.retried == 0
+    assert "its arguments do not fit tests.release_b.tasks.c: got an unexpected keyword argument 'j'" in (
+        archived.last_error
+    )
+    assert "nor do they fit any other release that enqueues or runs it" in archived.last_error
+    assert waiting_for_worker(broker, QUEUE) == []
+
+
+def test_a_process_that_enqueues_a_type_announces_the_signature_it_binds_to(broker, redis_client):
+    message_builder.forget_announcements()
+    tasks.add.enqueue(1, 2)
+    fingerprint = signature_fingerprint(tasks.add.func)
+    assert broker.signatures_of("tests.testapp.tasks.add", seen_since_ms=0) == {fingerprint}
+    redis_client.delete(broker.keys.signatures)
+    tasks.add.enqueue(1, 2)  # announced already: not again within the hour
+    assert broker.signatures_of("tests.testapp.tasks.add", seen_since_ms=0) == set()

@@ -25,7 +25,16 @@ import redis.cluster
 from ..defaults import DEFAULT_KEY_PREFIX, DEFAULT_LEASE_SECONDS, DEFAULT_STATS_TTL_SECONDS
 from ..exceptions import DuplicateTask, TaskIdConflict
 from .attempt import parse_info
-from .claims import NO_ABILITIES, PARKED_BASE, Abilities, Claimed, ClaimedTask, Completion, read_claim_notes
+from .claims import (
+    KIND_SEPARATOR,
+    NO_ABILITIES,
+    PARKED_BASE,
+    Abilities,
+    Claimed,
+    ClaimedTask,
+    Completion,
+    read_claim_notes,
+)
 from .errors import passes_by_itself, translate_errors
 from .keys import Keyspace, QueueKeys
 from .limits import LimitsSource, no_limits
@@ -456,6 +465,34 @@ class Broker:
         for entry in entries:
             args += entry
         return self.run_script("park", keys, args)
+
+    def announce_signatures(self, signatures: Iterable[tuple[str, str]]) -> None:
+        """Note that this process binds calls of these task types to these handler signatures
+        ((task name, fingerprint) pairs), as of now."""
+        now_ms = self.now_ms()
+        mapping = {f"{task}{KIND_SEPARATOR}{fingerprint}": now_ms for task, fingerprint in signatures}
+        if mapping:
+            with translate_errors():
+                self.client.hset(self.keys.signatures, mapping=mapping)
+
+    def signatures_of(self, task: str, *, seen_since_ms: int) -> set[str]:
+        """The fingerprints of the handler signatures of a task type that processes announced
+        since then."""
+        with translate_errors():
+            seen = self.client.hgetall(self.keys.signatures)
+        head = task + KIND_SEPARATOR
+        return {
+            field[len(head) :]
+            for field, at in seen.items()
+            if field.startswith(head) and at.isdigit() and int(at) >= seen_since_ms
+        }
+
+    def forget_signatures(self, *, seen_before_ms: int) -> int:
+        """Forget the signatures announced last before then; return how many."""
+        with translate_errors():
+            seen = self.client.hgetall(self.keys.signatures)
+            stale = [field for field, at in seen.items() if not at.isdigit() or int(at) < seen_before_ms]
+            return self.client.hdel(self.keys.signatures, *stale) if stale else 0
 
     def forget_parked(self, queue: str, *, per_kind: int = 1000) -> int:
         """Tidy a queue's parked tasks: drop the index's entries of tasks no longer parked,

@@ -55,6 +55,10 @@ class Completion:
     notify: str = ""
 
 
+#: Separates the parts of a parked task's kind: "<task>\1<why>", and for arguments, each
+#: fingerprint after it (broker/waiting.py); and a task's name from a signature's fingerprint.
+KIND_SEPARATOR = "\1"
+
 #: Added to a parked task's pending score: after every task that can run, and after the held
 #: ones (limits.HELD_BASE; held scores stay below 6.1e15), still an exact integer in a double.
 #: The same as PARKED_BASE in _lib.lua (a test checks).

@@ -227,6 +227,9 @@ class Keyspace:
         self.queues = f"{prefix}:queues"  # SET of queue names ever enqueued to
         self.workers = f"{prefix}:workers"  # ZSET worker id -> heartbeat expiry (ms)
         self.cancel_channel = f"{prefix}:cancel"  # pub/sub channel of task ids to cancel
+        # HASH "<task>\1<signature fingerprint>" -> last seen (ms): the handler signatures that
+        # processes enqueueing or running each task type have (broker/waiting.py)
+        self.signatures = f"{prefix}:signatures"
 
     def queue_prefix(self, queue: str) -> str:
         return f"{self.prefix}:{{{queue}}}:"

@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .claims import KIND_SEPARATOR
 from .errors import translate_errors
 
 if TYPE_CHECKING:
@@ -23,8 +24,6 @@ if TYPE_CHECKING:
 UNKNOWN_TYPE = "type"
 NEWER_FORMAT = "format"
 UNBOUND_ARGUMENTS = "args"
-#: Separates the parts of a kind: "<task>\1<why>", and for arguments, each fingerprint after it.
-KIND_SEPARATOR = "\1"
 #: Parked kinds a reader looks at, at most (each is one round trip of a ZLEXCOUNT).
 KINDS_SCAN = 100
 

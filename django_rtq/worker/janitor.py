@@ -9,6 +9,8 @@ from ..broker import Broker, manual
 from ..broker.attempt import error_path
 from ..broker.waiting import parked_ids, parked_kinds
 from ..exceptions import NoWorkerCanRun
+from ..message_builder import note_signature, take_unannounced
+from ..registry import registered_tasks
 from .component import Component
 
 #: Tasks of one kind the janitor archives in a pass, at most.
@@ -39,6 +41,7 @@ class Janitor(Component):
         self.no_worker_grace = no_worker_grace
 
     def run_once(self) -> int:
+        self.announce_signatures()
         deleted = 0
         for queue in self.queues:
             count = self.broker.trim(
@@ -51,6 +54,15 @@ class Janitor(Component):
             deleted += count
             self.archive_waited(queue)
         return deleted
+
+    def announce_signatures(self) -> None:
+        """Tell the handler signatures of this worker's task types (each hour at most; a worker
+        of another release that cannot bind a task's arguments then waits for this one), and
+        forget those nobody told for the grace."""
+        for task_type in registered_tasks().values():
+            note_signature(task_type)
+        self.broker.announce_signatures(take_unannounced())
+        self.broker.forget_signatures(seen_before_ms=self.broker.now_ms() - int(self.no_worker_grace * 1000))
 
     def archive_waited(self, queue: str) -> int:
         """Tidy the parked index, and archive the parked tasks of kinds no worker took for the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -178,6 +179,8 @@ class Worker:
     def start(self) -> None:
         logger.info("worker %s starting on queues %s", self.id, self.queues)
         self._warn_of_unknown_queues()
+        with contextlib.suppress(BrokerUnavailable):  # if so, the janitor's passes announce them
+            self.janitor.announce_signatures()
         for component in self.components():
             component.start()
         self.processor.start()

@@ -7,8 +7,9 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 
-from ...broker import ClaimedTask, TaskMessage
+from ...broker import Broker, ClaimedTask, TaskMessage
 from ...broker.attempt import check_info_version
 from ...broker.claims import NO_ABILITIES, Abilities
 from ...broker.versions import INFO_FORMAT, MESSAGE_FORMAT, NewerFormat
@@ -19,8 +20,11 @@ from ...broker.waiting import (
     kind_of,
     parse_kind,
 )
+from ...conf import get_settings
+from ...exceptions import NonRetryableError
 from ...message_builder import binding_problem, signature_fingerprint
 from ...registry import TaskType, find_task_type
+from .jobs import Unrunnable
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +32,8 @@ logger = logging.getLogger(__name__)
 READABLE = {"message": MESSAGE_FORMAT, "info": INFO_FORMAT}
 #: Seconds between two log lines about tasks of one kind left for another worker.
 LOG_EVERY_SECONDS = 60.0
+#: Seconds a worker relies on the signatures of a task type it read.
+SIGNATURES_TTL = 5.0
 
 
 class LeftForAnother(Exception):
@@ -51,19 +57,27 @@ def message_or_leave(claimed: ClaimedTask) -> TaskMessage:
     return message
 
 
-def task_type_or_leave(message: TaskMessage, claimed: ClaimedTask) -> TaskType:
+def task_type_or_leave(
+    message: TaskMessage, claimed: ClaimedTask, signatures_of: Callable[[str], set[str]]
+) -> TaskType:
     """The task type that runs the message; raise LeftForAnother if this release does not know
-    it, or its handler would not take the message's arguments (bound by the enqueuer's release)."""
+    it, or its handler would not take the message's arguments (bound by the enqueuer's release)
+    while another release's might; Unrunnable if no release that enqueues or runs the type of
+    late (`signatures_of` tells their signatures) has a handler they fit."""
     task_type = find_task_type(message.task)
     if task_type is None:
         raise LeftForAnother(kind_of(message.task, UNKNOWN_TYPE), f"unknown task type {message.task!r}")
     problem = binding_problem(task_type, message.args, message.kwargs)
     if problem is not None:
-        refused = (*_fingerprints(claimed.refused_by), signature_fingerprint(task_type.func))
-        raise LeftForAnother(
-            kind_of(message.task, UNBOUND_ARGUMENTS, tuple(dict.fromkeys(refused))),
-            f"its arguments do not fit {task_type.name}: {problem}",
+        refused = tuple(
+            dict.fromkeys((*_fingerprints(claimed.refused_by), signature_fingerprint(task_type.func)))
         )
+        reason = f"its arguments do not fit {task_type.name}: {problem}"
+        if signatures_of(message.task) <= set(refused):
+            raise Unrunnable(message) from NonRetryableError(
+                f"{reason}; nor do they fit any other release that enqueues or runs it"
+            )
+        raise LeftForAnother(kind_of(message.task, UNBOUND_ARGUMENTS, refused), reason)
     return task_type
 
 
@@ -71,12 +85,25 @@ class ReleaseAbilities:
     """What this worker tells its claims (`current`): the types it found it does not know, and
     its verdict on each parked kind a claim showed it. Shared by the fetching threads."""
 
-    def __init__(self) -> None:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
         self.current: Abilities = NO_ABILITIES
+        self._signatures: dict[str, tuple[float, set[str]]] = {}
         self._unknown_types: set[str] = set()
         self._verdicts: dict[str, bool] = {}
         self._logged_at: dict[str, float] = {}
         self._lock = threading.Lock()
+
+    def signatures_of(self, task: str) -> set[str]:
+        """The handler signatures of a task type that processes enqueueing or running it have
+        announced within the grace (read again after SIGNATURES_TTL seconds)."""
+        now = time.monotonic()
+        cached = self._signatures.get(task)
+        if cached is None or now - cached[0] > SIGNATURES_TTL:
+            grace_ms = int(get_settings().NO_WORKER_GRACE * 1000)
+            cached = (now, self.broker.signatures_of(task, seen_since_ms=self.broker.now_ms() - grace_ms))
+            self._signatures[task] = cached
+        return cached[1]
 
     def judge(self, kinds: tuple[str, ...]) -> None:
         """Decide, for kinds parked by others, whether this release can run their tasks."""

@@ -105,7 +105,7 @@ class Fetcher:
         # the flow-control limits the last claim applied
         self._claimed_under: FlowLimits = NO_LIMITS
         #: What this release cannot run, as its claims are told (tasks it leaves for others).
-        self.abilities = ReleaseAbilities()
+        self.abilities = ReleaseAbilities(broker)
         # the last claim showed parked kinds not judged before: claim again once judged
         self._judged_new = False
         self._kept: Job | None = None
@@ -435,7 +435,7 @@ class Fetcher:
             message = message_or_leave(claimed)
         except ValueError as exc:
             raise Unrunnable(None) from NonRetryableError(f"the task's payload is corrupt: {exc}")
-        task_type = task_type_or_leave(message, claimed)
+        task_type = task_type_or_leave(message, claimed, self.abilities.signatures_of)
         if message.deadline is not None and message.deadline <= time.time():
             raise Unrunnable(message) from DeadlineExceeded("the task's deadline passed before it started")
         return Job(claimed=claimed, message=message, task_type=task_type)
