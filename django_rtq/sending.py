@@ -44,7 +44,7 @@ def enqueue(messages: Sequence[TaskMessage], *, announce: Announce, on_commit: b
     Redis is away then).
     """
     conf = get_settings()
-    announce = _and_signatures(announce)
+    _announce_signatures()  # before the tasks: a worker that cannot bind them reads it
     if not on_commit:
         if conf.OUTBOX_FALLBACK:
             _send_or_keep(messages, announce)
@@ -63,16 +63,6 @@ def enqueue(messages: Sequence[TaskMessage], *, announce: Announce, on_commit: b
         raise TransactionManagementError("enqueue_on_commit() needs autocommit or an atomic() block.")
     else:
         _send_at_once(messages, announce)
-
-
-def _and_signatures(announce: Announce) -> Announce:
-    """`announce`, then the signatures this process binds calls to, once Redis took tasks."""
-
-    def announcing(messages: Sequence[TaskMessage]) -> None:
-        announce(messages)
-        _announce_signatures()
-
-    return announcing
 
 
 def _announce_signatures() -> None:

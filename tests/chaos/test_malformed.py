@@ -42,7 +42,9 @@ from hypothesis import HealthCheck, Phase, given, note, settings
 from hypothesis import strategies as st
 
 from django_rtq.broker import Broker
+from django_rtq.broker.claims import PARKED_BASE
 from django_rtq.broker.message import TaskMessage
+from django_rtq.broker.versions import MESSAGE_FORMAT
 from django_rtq.workflows import chain, group
 from tests.support.polling import wait_for
 from tests.testapp import tasks
@@ -342,7 +344,9 @@ def drop_field(name: str) -> Corruption:
     return edit_message(f"message without {name}", lambda data: data.pop(name, None))
 
 
-MESSAGE_FIELDS = tuple(TaskMessage.__dataclass_fields__)
+#: The fields a message may have: its dataclass's, and its format version "v" (a message of a
+#: newer format is not malformed: it waits for a newer worker, see LEFT_FOR_ANOTHER_RELEASE).
+MESSAGE_FIELDS = (*TaskMessage.__dataclass_fields__, "v")
 NOT_UTF8 = b"\xff\xfe\x80 not utf-8"
 
 #: Every case issue 10 lists for task messages, and a few more.
@@ -374,7 +378,6 @@ MESSAGE_CATALOGUE = [
     set_field("retention", -1),
     set_field("task", None),
     set_field("task", 5),
-    set_field("task", "tests.testapp.tasks.no_such_task"),
     set_field("enqueued_at", "yesterday"),
     set_field("process_at", "later"),
     set_field("unique_key", 5),
@@ -539,6 +542,44 @@ ENCODINGS = ["utf-8", "not-utf-8"]
 
 def of_encoding(encoding: str, corruptions: list[Corruption]) -> list[Corruption]:
     return [c for c in corruptions if ("not UTF-8" in c.label) == (encoding == "not-utf-8")]
+
+
+#: Messages that are not malformed, but for a worker of another release: they wait for one,
+#: neither run nor archived (docs/deploying.md).
+LEFT_FOR_ANOTHER_RELEASE = [
+    set_field("task", "tests.testapp.tasks.no_such_task"),
+    edit_message("message of the next format", lambda data: data.update(v=MESSAGE_FORMAT + 1, colour="red")),
+]
+
+
+def test_messages_for_another_release_wait_for_it_and_the_worker_says_so(lab):
+    with lab.round() as problems:
+        left = []
+        for corruption in LEFT_FOR_ANOTHER_RELEASE:
+            name = f"left-{uuid.uuid4().hex[:8]}"
+            message = tasks.record.enqueue(name)
+            write_corruption(lab, lab.keys().msg, message.id, corruption)
+            left.append((corruption, message.id, name))
+        with lab.worker(problems):
+
+            def parked(task_id: str) -> bool:
+                return (lab.client.zscore(lab.keys().pending, task_id) or 0) >= PARKED_BASE
+
+            wait_for(lambda: all(parked(task_id) for _, task_id, _ in left), 10, fail=False)
+            for corruption, task_id, name in left:
+                state, sets = lab.where(task_id)
+                if not parked(task_id) or state != "pending":
+                    problems.append(
+                        f"{corruption.label}: task {task_id} does not wait ({state!r}, in {sets})"
+                    )
+                if lab.ran(name):
+                    problems.append(f"{corruption.label}: the handler of task {task_id} ran")
+            if not lab.logged_about("for a worker that can run them"):
+                problems.append("no WARNING says that tasks were left for a worker that can run them")
+            problem = lab.good_work_runs()
+            if problem:
+                problems.append(problem)
+        lab.report(problems, f"{len(left)} message(s) for another release")
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS)

@@ -58,12 +58,13 @@ def message_or_leave(claimed: ClaimedTask) -> TaskMessage:
 
 
 def task_type_or_leave(
-    message: TaskMessage, claimed: ClaimedTask, signatures_of: Callable[[str], set[str]]
+    message: TaskMessage, claimed: ClaimedTask, signatures_of: Callable[[str, bool], set[str]]
 ) -> TaskType:
     """The task type that runs the message; raise LeftForAnother if this release does not know
     it, or its handler would not take the message's arguments (bound by the enqueuer's release)
     while another release's might; Unrunnable if no release that enqueues or runs the type of
-    late (`signatures_of` tells their signatures) has a handler they fit."""
+    late (`signatures_of(task, fresh)` tells their signatures: read again before archiving) has
+    a handler they fit."""
     task_type = find_task_type(message.task)
     if task_type is None:
         raise LeftForAnother(kind_of(message.task, UNKNOWN_TYPE), f"unknown task type {message.task!r}")
@@ -73,7 +74,8 @@ def task_type_or_leave(
             dict.fromkeys((*_fingerprints(claimed.refused_by), signature_fingerprint(task_type.func)))
         )
         reason = f"its arguments do not fit {task_type.name}: {problem}"
-        if signatures_of(message.task) <= set(refused):
+        others_may_fit = not signatures_of(message.task, False) <= set(refused)
+        if not others_may_fit and signatures_of(message.task, True) <= set(refused):
             raise Unrunnable(message) from NonRetryableError(
                 f"{reason}; nor do they fit any other release that enqueues or runs it"
             )
@@ -94,12 +96,12 @@ class ReleaseAbilities:
         self._logged_at: dict[str, float] = {}
         self._lock = threading.Lock()
 
-    def signatures_of(self, task: str) -> set[str]:
+    def signatures_of(self, task: str, fresh: bool = False) -> set[str]:
         """The handler signatures of a task type that processes enqueueing or running it have
-        announced within the grace (read again after SIGNATURES_TTL seconds)."""
+        announced within the grace (read again when `fresh`, or after SIGNATURES_TTL seconds)."""
         now = time.monotonic()
         cached = self._signatures.get(task)
-        if cached is None or now - cached[0] > SIGNATURES_TTL:
+        if fresh or cached is None or now - cached[0] > SIGNATURES_TTL:
             grace_ms = int(get_settings().NO_WORKER_GRACE * 1000)
             cached = (now, self.broker.signatures_of(task, seen_since_ms=self.broker.now_ms() - grace_ms))
             self._signatures[task] = cached
