@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import redis
+from redis import exceptions as redis_errors
 
 from ..exceptions import BrokerUnavailable
 
@@ -23,6 +24,19 @@ TRANSIENT_REPLIES = (
     "BUSY ",
 )
 
+#: The classes redis-py's parser makes of those replies. It drops the reply's code from the
+#: message (`-OOM command not allowed …` becomes OutOfMemoryError("command not allowed …")),
+#: so these are known by their class; the others (and these, in the versions whose plain
+#: client keeps the code: TRYAGAIN, MASTERDOWN) by their text.
+TRANSIENT_ERRORS = (
+    redis.ConnectionError,  # BusyLoadingError (LOADING) too
+    redis.TimeoutError,
+    redis_errors.ClusterError,  # ClusterDownError (CLUSTERDOWN) and MasterDownError too
+    redis_errors.OutOfMemoryError,
+    redis_errors.ReadOnlyError,
+    redis_errors.TryAgainError,
+)
+
 
 @contextmanager
 def translate_errors() -> Iterator[None]:
@@ -30,18 +44,22 @@ def translate_errors() -> Iterator[None]:
     loading or out of memory) into BrokerUnavailable; others (a script's error) stay as they are."""
     try:
         yield
-    except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ClusterError) as exc:
+    except redis.RedisError as exc:
+        if not passes_by_itself(exc):
+            raise
+        if isinstance(exc, redis.ResponseError):
+            raise BrokerUnavailable(f"Redis cannot take the command now: {_described(exc)}") from exc
         raise BrokerUnavailable(f"Redis is unreachable: {exc}") from exc
-    except redis.ResponseError as exc:
-        if passes_by_itself(exc):
-            raise BrokerUnavailable(f"Redis cannot take the command now: {exc}") from exc
-        raise
 
 
 def passes_by_itself(exc: Exception) -> bool:
     """Whether a redis-py error is one that `translate_errors` makes BrokerUnavailable."""
-    if isinstance(exc, redis.ConnectionError | redis.TimeoutError | redis.exceptions.ClusterError):
+    if isinstance(exc, TRANSIENT_ERRORS):
         return True
-    return isinstance(exc, redis.ResponseError) and (
-        str(exc).startswith(TRANSIENT_REPLIES) or isinstance(exc, redis.exceptions.ClusterDownError)
-    )
+    return isinstance(exc, redis.ResponseError) and str(exc).startswith(TRANSIENT_REPLIES)
+
+
+def _described(exc: redis.ResponseError) -> str:
+    """The reply as Redis sent it: its code (which redis-py keeps apart, if at all), then its text."""
+    code = getattr(exc, "status_code", None)
+    return f"{code} {exc}" if code and not str(exc).startswith(code) else str(exc)

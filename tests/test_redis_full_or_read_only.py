@@ -1,0 +1,180 @@
+"""Replies of a Redis that is up but cannot take writes for now, on real servers: one full
+(`maxmemory` with `noeviction`: OOM) and a replica taken for the master (READONLY, as when DNS
+still points at the old master after a failover). redis-py makes them OutOfMemoryError and
+ReadOnlyError, dropping the reply's code; to django-rtq they are Redis away for a while."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+
+import pytest
+import redis
+from django.utils import timezone
+
+from django_rtq.broker import TaskState
+from django_rtq.broker.inspect import Inspector
+from django_rtq.connection import get_broker, reset_broker
+from django_rtq.exceptions import BrokerUnavailable
+from django_rtq.models import OutboxTask
+from django_rtq.outbox import relay
+from django_rtq.registry import announce_enqueued
+from django_rtq.worker.server import Worker
+from tests.support.polling import wait_for
+from tests.support.runs import reports, wait_state
+from tests.support.servers import RedisProcess, cleanup_dir
+from tests.testapp import tasks
+
+#: The memory limit of the full server, and the size of the key that fills it past that.
+MAXMEMORY_BYTES = 8 * 1024 * 1024
+FILLER_BYTES = 2 * MAXMEMORY_BYTES
+FILLER_KEY = "filler"
+
+
+class SmallRedis:
+    """A redis-server with little memory and `noeviction`: filled, it refuses every write."""
+
+    def __init__(self) -> None:
+        self.server = RedisProcess(
+            "--maxmemory", str(MAXMEMORY_BYTES), "--maxmemory-policy", "noeviction"
+        ).start()
+        self.client = redis.Redis(port=self.server.port, decode_responses=True)
+
+    @contextmanager
+    def filled(self) -> Iterator[None]:
+        """Fill it with one big key (a write allowed while under the limit), then free it."""
+        self.client.setrange(FILLER_KEY, FILLER_BYTES, "x")
+        with pytest.raises(redis.exceptions.OutOfMemoryError):  # the fault is real
+            self.client.set("probe", "1")
+        try:
+            yield
+        finally:
+            self.client.delete(FILLER_KEY)  # DEL is allowed to a full server
+            wait_for(self._takes_writes, message="the server to take writes again")
+
+    def _takes_writes(self) -> bool:
+        return self.client.info("memory")["used_memory"] < MAXMEMORY_BYTES
+
+    def stop(self) -> None:
+        self.client.close()
+        self.server.stop()
+        cleanup_dir(self.server.dir)
+
+
+@pytest.fixture
+def small_redis(settings, prefix) -> Iterator[SmallRedis]:
+    """The process's Redis is a small one of this test's own."""
+    small = SmallRedis()
+    settings.RTQ = {**settings.RTQ, "REDIS_URL": small.server.url}
+    reset_broker()
+    yield small
+    reset_broker()
+    small.stop()
+
+
+@pytest.fixture
+def no_errors_logged(caplog) -> Iterator[None]:
+    """Fail the test if django-rtq logged an error (a pass that failed, a write dropped)."""
+    caplog.set_level(logging.DEBUG, "django_rtq")
+    yield
+    errors = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name.startswith("django_rtq") and r.levelno >= logging.ERROR
+    ]
+    assert errors == []
+
+
+# Out of memory
+
+
+def test_enqueue_into_a_full_redis_raises_broker_unavailable(small_redis):
+    with small_redis.filled(), pytest.raises(BrokerUnavailable, match="command not allowed when used memory"):
+        tasks.add.enqueue(1, 2)
+    message = tasks.add.enqueue(1, 2)
+    assert Inspector(get_broker()).get_task(message.id).state == TaskState.PENDING
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_the_fallback_a_full_redis_keeps_the_task_in_the_outbox_until_it_is_freed(small_redis, settings):
+    settings.RTQ = {**settings.RTQ, "OUTBOX_FALLBACK": True}
+    broker = get_broker()
+    with small_redis.filled():
+        message = tasks.add.enqueue(1, 2)
+        assert list(OutboxTask.objects.values_list("task_id", flat=True)) == [message.id]
+        make_due()
+        with pytest.raises(BrokerUnavailable):  # the relay too keeps it while Redis is full
+            relay(broker, using="default", announce=announce_enqueued)
+        assert OutboxTask.objects.get().last_error == ""
+    assert relay(broker, using="default", announce=announce_enqueued) == 1
+    assert Inspector(broker).get_task(message.id).state == TaskState.PENDING
+    assert not OutboxTask.objects.exists()
+
+
+def make_due() -> None:
+    OutboxTask.objects.update(next_attempt_at=timezone.now() - timedelta(seconds=1))
+
+
+def test_a_completion_refused_by_a_full_redis_is_written_once_freed_and_the_handler_ran_once(
+    small_redis, redis_client, no_errors_logged, caplog
+):
+    broker = get_broker()
+    inspector = Inspector(broker)
+    # Kept once completed: the settle's first write then needs memory, and a full Redis refuses
+    # it (a script whose first write frees memory, as a settle that deletes the task, may run).
+    message = tasks.block.using(retention=60).enqueue("finishing")
+    worker = Worker(broker=broker, queues={"default": 1}, concurrency=1, relay=False)
+    worker.start()
+    try:
+        wait_for(lambda: reports(redis_client, "finishing:started"), message="the handler to start")
+        with small_redis.filled():
+            caplog.clear()
+            # Its lease cannot be renewed meanwhile: a pass Redis skipped, not one that failed.
+            wait_for(lambda: "heartbeater pass skipped" in caplog.text, message="a renewal refused")
+            redis_client.set(tasks.report_key("release:finishing"), "1")  # on the suite's Redis
+            wait_for(lambda: len(worker.syncer) == 1, message="the completion to wait in the syncer")
+            assert inspector.get_task(message.id).state == TaskState.ACTIVE
+        done = wait_state(inspector, message.id, TaskState.COMPLETED)
+        assert done.result == "released"
+        assert len(worker.syncer) == 0
+    finally:
+        worker.stop()
+    assert reports(redis_client, "finishing:started") == ["1"]
+    assert reports(redis_client, "finishing") == ["done"]
+
+
+def test_a_worker_started_on_a_full_redis_rides_it_out(small_redis, redis_client, no_errors_logged, caplog):
+    message = tasks.record.enqueue("waited", 1)
+    worker = Worker(broker=get_broker(), queues={"default": 1}, concurrency=1, relay=False)
+    try:
+        with small_redis.filled():
+            worker.start()  # what it writes as it starts is refused
+            wait_for(lambda: "heartbeater pass skipped" in caplog.text, message="a heartbeat refused")
+        wait_state(Inspector(get_broker()), message.id, None)
+    finally:
+        worker.stop()
+    assert reports(redis_client, "waited") == ["1"]
+
+
+# A replica taken for the master
+
+
+@pytest.fixture
+def replica(settings, prefix) -> Iterator[RedisProcess]:
+    """The process's Redis is a real replica (of a master of this test's own)."""
+    master = RedisProcess().start()
+    replica = RedisProcess("--replicaof", "127.0.0.1", str(master.port)).start()
+    settings.RTQ = {**settings.RTQ, "REDIS_URL": replica.url}
+    reset_broker()
+    yield replica
+    reset_broker()
+    for server in (replica, master):
+        server.stop()
+        cleanup_dir(server.dir)
+
+
+def test_enqueue_to_a_replica_raises_broker_unavailable(replica):
+    with pytest.raises(BrokerUnavailable, match="You can't write against a read only replica"):
+        tasks.add.enqueue(1, 2)
