@@ -34,11 +34,6 @@ class WriteFailures:
         self.logger = logger
         self._failing: dict[str, str] = {}  # write → the class of the error it last failed with
 
-    @property
-    def failing(self) -> frozenset[str]:
-        """The writes whose latest try failed."""
-        return frozenset(self._failing)
-
     def attempt(self, write: str, call: Callable[[], object], consequence: str) -> None:
         """Make a write, logging how it fails or that it works again, never raising."""
         try:
