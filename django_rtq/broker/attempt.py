@@ -31,11 +31,45 @@ def error_path(exc: BaseException | type[BaseException]) -> str:
     """The dotted path of an exception's class (or of the class given), as a task's info and
     Django's TaskError name it."""
     cls = exc if isinstance(exc, type) else type(exc)
-    return f"{cls.__module__}.{cls.__qualname__}"
+    module = getattr(cls, "__module__", None)
+    return f"{module}.{cls.__qualname__}" if isinstance(module, str) else cls.__qualname__
+
+
+# An error is recorded whatever the handler raised: an exception whose __str__, __repr__ or
+# notes raise (a library's error missing an attribute its __str__ reads) gets a stand-in text,
+# so that recording it cannot fail and leave its task to the recoverer as if its worker died.
+
+
+def error_text(exc: BaseException) -> str:
+    """str(exc), or a stand-in saying how that failed."""
+    try:
+        return str(exc)
+    except Exception as failure:
+        return f"<str() raised {_what_raised(failure)}>"
+
+
+def _what_raised(failure: Exception) -> str:
+    """The class and text of an error met while formatting another one: a plain one, usually."""
+    try:
+        return f"{type(failure).__qualname__}: {failure}"
+    except Exception:
+        return type(failure).__qualname__
 
 
 def format_traceback(exc: BaseException) -> str:
-    return "".join(tb.format_exception(exc))
+    """The traceback of an exception as Python prints it; if formatting it raises, its frames
+    with a stand-in for what could not be formatted."""
+    try:
+        return "".join(tb.format_exception(exc))
+    except Exception as failure:
+        try:
+            frames = "".join(tb.format_tb(exc.__traceback__))
+        except Exception:
+            frames = "  <its frames could not be formatted>\n"
+        return (
+            f"Traceback (most recent call last):\n{frames}{error_path(exc)}: {error_text(exc)}\n"
+            f"<formatting the traceback raised {_what_raised(failure)}>\n"
+        )
 
 
 def will_retry(
@@ -219,7 +253,7 @@ class AttemptInfo:
         """The info to store for an attempt that failed: its error added to the latest ones, and
         one more retry counted if it runs again."""
         path = error_path(error)
-        record = {"type": path, "message": str(error) or path, "traceback": traceback}
+        record = {"type": path, "message": error_text(error) or path, "traceback": traceback}
         info: dict[str, Any] = {
             **self.attempted(worker_id, started_at),
             "error_type": record["type"],

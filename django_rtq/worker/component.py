@@ -15,15 +15,17 @@ class Component:
     """Runs `run_once()` now and then every `interval` seconds, in a daemon thread, until stopped.
 
     A pass that fails is logged and the next one runs later, backing off while passes keep
-    failing for another reason than Redis being away (up to MAX_BACKOFF seconds): one bad pass
-    must not stop the worker, nor flood its log. A pass Redis's absence made skip is logged at
+    failing for another reason than Redis being away (up to `max_backoff` seconds, MAX_BACKOFF
+    unless the component needs its passes more often): one bad pass must not stop the worker,
+    nor flood its log. A pass Redis's absence made skip is logged at
     DEBUG: the healthchecker reports the outage itself.
     """
 
     name = "component"
 
-    def __init__(self, *, interval: float) -> None:
+    def __init__(self, *, interval: float, max_backoff: float = MAX_BACKOFF) -> None:
         self.interval = interval
+        self.max_backoff = max_backoff
         self.logger = logging.getLogger(f"django_rtq.worker.{self.name}")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -62,7 +64,7 @@ class Component:
             wait = (
                 self.interval
                 if failures < 2
-                else min(MAX_BACKOFF, max(self.interval, 0.5) * 2 ** (failures - 1))
+                else min(self.max_backoff, max(self.interval, 0.5) * 2 ** (failures - 1))
             )
             if self._stop.wait(wait):
                 return

@@ -8,7 +8,7 @@ except ImportError:
 import time
 
 from django_rtq import NonRetryableError
-from tests.testapp.tasks import client, report, report_key, run_recorded
+from tests.testapp.tasks import ODD_ERRORS, client, report, report_key, run_recorded
 
 
 @task
@@ -24,6 +24,13 @@ def low_priority(value):
 @task
 def fails():
     raise ValueError("django task failed")
+
+
+@task
+def fails_oddly(name, kind):
+    """Report a run, then raise the odd error of `kind` (tests.testapp.tasks.ODD_ERRORS)."""
+    report(f"{name}:ran", "1")
+    raise ODD_ERRORS[kind]("odd")
 
 
 @task(max_retries=2)

@@ -110,6 +110,39 @@ def fails_with_a_broken_backoff(name):
     raise ValueError("it fails")
 
 
+class UnprintableError(Exception):
+    """A library's error whose __str__ reads an attribute it was never given."""
+
+    def __str__(self):
+        return f"{self.code}: {self.detail}"
+
+
+class UnrepresentableError(Exception):
+    """An error whose __repr__ raises."""
+
+    def __repr__(self):
+        raise RuntimeError("no repr")
+
+
+class UnreadableNotesError(Exception):
+    """An error whose notes cannot be read: formatting its traceback raises."""
+
+    @property
+    def __notes__(self):
+        raise RuntimeError("no notes")
+
+
+#: The odd errors `raises_odd` raises, by what breaks in them.
+ODD_ERRORS = {"str": UnprintableError, "repr": UnrepresentableError, "notes": UnreadableNotesError}
+
+
+@task(max_retries=0)
+def raises_odd(name, kind):
+    """Report a run, then raise the odd error of `kind` (ODD_ERRORS)."""
+    report(f"{name}:ran", "1")
+    raise ODD_ERRORS[kind]("odd")
+
+
 @task(max_retries=0, timeout=0.3)
 def spin(name):
     """Run Python code past its timeout."""

@@ -16,7 +16,7 @@ from .executor import Executor
 from .fetcher import Fetcher
 from .jobs import JobTable, give_back, ids_by_queue
 from .settler import Settler
-from .watchdog import LEASE_SAFETY, Watchdog
+from .watchdog import Watchdog, lease_budget
 
 logger = logging.getLogger(__name__)
 
@@ -55,8 +55,8 @@ class Processor:
         self.concurrency = concurrency
         self.strict = strict
         self.started_at = time.time()
-        # How long (seconds) a lease is relied on after the request that set it was sent.
-        lease_budget = broker.lease_ms / 1000 * (1 - LEASE_SAFETY)
+        #: How long (seconds) a lease is relied on after the request that set it was sent.
+        self.lease_budget = lease_budget(broker.lease_ms)
 
         self.jobs = JobTable()
         self.fetcher = Fetcher(
@@ -65,14 +65,14 @@ class Processor:
             worker_id=worker_id,
             queues=self.queues,
             concurrency=concurrency,
-            lease_budget=lease_budget,
+            lease_budget=self.lease_budget,
             strict=strict,
             idle_wait=idle_wait,
             burst=burst,
         )
         self.jobs.room_wanted = self.fetcher.should_claim
         self.executor = Executor(jobs=self.jobs, fetcher=self.fetcher, worker_id=worker_id)
-        self.watchdog = Watchdog(jobs=self.jobs, executor=self.executor, lease_budget=lease_budget)
+        self.watchdog = Watchdog(jobs=self.jobs, executor=self.executor, lease_budget=self.lease_budget)
         self.settler = Settler(jobs=self.jobs, broker=broker, worker_id=worker_id, syncer=syncer)
         #: Set when a burst worker found its queues drained.
         self.drained: threading.Event = self.fetcher.drained

@@ -24,6 +24,13 @@ SHUTDOWN_STOP_GRACE = 2.0
 LEASE_SAFETY = 0.2
 
 
+def lease_budget(lease_ms: int) -> float:
+    """How long (seconds) a lease is relied on after the request that set it was sent: the
+    watchdog stops a task whose lease was not renewed for that long, so renewals must be tried
+    several times within it (the heartbeater never waits longer between two tries)."""
+    return lease_ms / 1000 * (1 - LEASE_SAFETY)
+
+
 def expiry_error(job: Job) -> BaseException:
     """The error a job past its expiry is stopped with."""
     if job.stopped_by_deadline:
