@@ -9,6 +9,7 @@ import pytest
 
 from django_rtq import Operations
 from django_rtq.broker import TaskState
+from django_rtq.worker.server import EXIT_GRACE_SECONDS
 from tests.support.polling import wait_for
 from tests.testapp import tasks
 
@@ -51,6 +52,32 @@ def test_sigterm_returns_the_running_task_to_pending(start_worker, ops, redis_cl
     back = ops.live_task(message.id)
     assert back.state == TaskState.PENDING and back.retried == 0 and back.owner is None
     assert ops.workers() == []
+
+
+def test_sigterm_exits_whatever_threads_a_handler_left_running(start_worker, redis_client):
+    tasks.leaves_a_pool_job.enqueue("pooled")
+    worker = start_worker("--shutdown-timeout", "0.3")
+    wait_for(lambda: reported(redis_client, "pooled:started"), timeout=20)
+    worker.send_signal(signal.SIGTERM)
+
+    assert worker.wait(timeout=0.3 + EXIT_GRACE_SECONDS + 10) == 0
+    assert "pool-of-pooled" in worker.stdout.read()  # the log line names the thread left
+    assert reported(redis_client, "pooled") == []  # its job still ran: nobody waited for it
+
+
+def test_sigterm_stops_supervised_workers_whatever_threads_a_handler_left_running(
+    start_worker, ops, redis_client
+):
+    supervisor = start_worker("--processes", "2", "--shutdown-timeout", "0.3")
+    wait_for(lambda: len(ops.workers()) == 2, timeout=20)
+    tasks.leaves_a_pool_job.enqueue("pooled")
+    wait_for(lambda: reported(redis_client, "pooled:started"), timeout=20)
+    supervisor.send_signal(signal.SIGTERM)
+
+    assert supervisor.wait(timeout=30) == 0
+    output = supervisor.stdout.read()
+    assert "pool-of-pooled" in output
+    assert "did not stop in time" not in output  # the worker process exited; nobody killed it
 
 
 def test_burst_drains_the_queues_and_exits_zero(start_worker, ops, redis_client):

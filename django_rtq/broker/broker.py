@@ -13,6 +13,7 @@ import functools
 import hashlib
 import json
 import logging
+import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -50,6 +51,10 @@ ENQUEUE_CHUNK = 1000
 OUTBOX_SENT, OUTBOX_SENT_BEFORE, OUTBOX_DROPPED = 0, 1, 2
 #: Tasks a bounded script (forward, trim) moves per call.
 BATCH_LIMIT = 100
+#: Seconds a process trusts its own registration of a queue in `rtq:queues` before it makes it
+#: again: a registry emptied (FLUSHDB, a Redis restarted without persistence) heals this long
+#: after, at the next enqueue to the queue.
+QUEUE_REGISTRATION_SECONDS = 60.0
 #: One script call: the script's name, its KEYS, its ARGV.
 ScriptCall = tuple[str, Sequence[str], Sequence[Any]]
 
@@ -96,7 +101,7 @@ class Broker:
         self.server_clock = clock is None  # leases reckoned on the Redis server's clock
         self.counter_ttl = int(counter_ttl)
         self.scripts = load_scripts()
-        self._known_queues: set[str] = set()
+        self._registered_at: dict[str, float] = {}  # queue -> when this process registered it
         # The flow-control limits in force (broker/limits.py): the Django side passes the project's.
         self.limits: LimitsSource = no_limits
 
@@ -195,8 +200,10 @@ class Broker:
 
         Raises TaskIdConflict if a task's id exists, DuplicateTask if a unique task's lock is
         held. Each chunk of ENQUEUE_CHUNK tasks of a queue is all or nothing: the chunk holding
-        that task is not written, the others are.
+        that task is not written, the others are. The queues are registered first: a registry
+        that refuses (a wrong-typed key) raises with nothing written.
         """
+        self.register_queues({message.queue for message in messages})
         for chunk, (code, *rest) in self._send("enqueue", messages, self._run_pipelined):
             if code:
                 raise _enqueue_refused(code, messages[chunk[rest[0] - 1]])
@@ -210,6 +217,10 @@ class Broker:
         BrokerUnavailable if Redis is away: then some chunks may be written and others not, and
         sending them all again is safe.
         """
+        try:
+            self.register_queues({message.queue for message in messages})
+        except redis.ResponseError as exc:  # a wrong-typed registry: nothing sent, each says why
+            return [exc] * len(messages)
         outcomes: list[int | Exception] = [0] * len(messages)
         for chunk, reply in self._send("send_outboxed", messages, self._run_each):
             for position, i in enumerate(chunk):
@@ -227,7 +238,6 @@ class Broker:
         of `run`; return each chunk's indexes in `messages` with its call's reply."""
         clock_arg = self.clock_arg()
         if len(messages) == 1:  # the common case: nothing to group or cut
-            queues: Iterable[str] = (messages[0].queue,)
             qk = self.queue(messages[0].queue)
             handoff = self.handoff_prefix(qk, (messages[0].task,))
             calls = [self._send_call(script, qk, messages, clock_arg, handoff)]
@@ -236,7 +246,6 @@ class Broker:
             by_queue: dict[str, list[int]] = defaultdict(list)
             for index, message in enumerate(messages):
                 by_queue[message.queue].append(index)
-            queues = by_queue
             calls, chunks = [], []
             for queue, indexes in by_queue.items():
                 qk = self.queue(queue)
@@ -247,9 +256,7 @@ class Broker:
                         self._send_call(script, qk, [messages[i] for i in chunk], clock_arg, handoff)
                     )
                     chunks.append(chunk)
-        replies = run(calls)
-        self.register_queues(queues)
-        return zip(chunks, replies, strict=True)
+        return zip(chunks, run(calls), strict=True)
 
     def _send_call(
         self, script: str, qk: QueueKeys, messages: Iterable[TaskMessage], clock_arg: int, handoff: str
@@ -322,9 +329,8 @@ class Broker:
             self.lease_ms,
         ]
         args += [schedule, tick_ms, message.id, message.to_json(), message.priority, unique_ttl_ms]
+        self.register_queues([message.queue])
         code = self.run_script("enqueue_periodic", keys, args)
-        if code == 1:
-            self.register_queues([message.queue])
         return ("done", "enqueued", "armed", "exists", "locked")[code]
 
     def handoff_prefix(self, qk: QueueKeys, tasks: Iterable[str]) -> str:
@@ -342,11 +348,22 @@ class Broker:
             return {name: int(tick) for name, tick in self.client.hgetall(self.queue(queue).periodic).items()}
 
     def register_queues(self, queues: Iterable[str]) -> None:
-        new = set(queues) - self._known_queues
-        if new:
+        """Add queues to the registry of queues ever enqueued to (`rtq:queues`), before their
+        tasks are written; once per QUEUE_REGISTRATION_SECONDS per queue and process.
+
+        The registry is a global key (another Cluster slot than the queue's), so it cannot be
+        written in the enqueue script's atomic step; registering first makes a refusal leave
+        nothing written, and a queue registered whose task was then refused is harmless."""
+        now = self._clock()  # a registration "from the future" (a clock set back) is due too
+        due = [
+            queue
+            for queue in queues
+            if not 0 <= now - self._registered_at.get(queue, -math.inf) < QUEUE_REGISTRATION_SECONDS
+        ]
+        if due:
             with translate_errors():
-                self.client.sadd(self.keys.queues, *new)
-            self._known_queues |= new
+                self.client.sadd(self.keys.queues, *due)
+            self._registered_at.update(dict.fromkeys(due, now))
 
     def add_timings(self, timings: dict[str, dict[str, float]]) -> None:
         """Add a worker's counts to the queues' timings histograms (broker/timings.py), pipelined."""

@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
 import uuid
 from collections.abc import Callable
@@ -44,6 +45,9 @@ EXIT_THREAD_DIED = 1
 EXIT_REDIS_UNREACHABLE = 3
 #: Seconds a burst worker waits for an unreachable Redis before it gives up (by default).
 BURST_GIVE_UP_AFTER = 30.0
+#: Seconds the process of a stopped worker gets to exit by itself before it ends without
+#: waiting for the threads its handlers left running.
+EXIT_GRACE_SECONDS = 3.0
 
 
 class Worker:
@@ -271,6 +275,39 @@ class Worker:
                 break
         self.stop()
         return status
+
+
+def exit_in_time(status: int, grace: float = EXIT_GRACE_SECONDS) -> None:
+    """See that the process of a stopped worker exits, with `status`, within `grace` seconds.
+
+    Python's exit waits for every thread a handler left running (the jobs of a
+    `ThreadPoolExecutor` it did not shut down, non-daemon threads) for as long as they run, so
+    a worker would never exit. Their tasks are settled or given back by then: a daemon thread
+    logs the threads left and ends the process. Only for a process that is a worker, never
+    one that runs a worker among other things (a test's)."""
+    timer = threading.Timer(grace, _end_process, args=(status, grace))
+    timer.name = "rtq-exit"
+    timer.daemon = True
+    timer.start()
+
+
+def _end_process(status: int, grace: float) -> None:
+    left = [
+        thread.name
+        for thread in threading.enumerate()
+        if thread is not threading.main_thread() and thread is not threading.current_thread()
+    ]
+    logger.warning(
+        "the worker has stopped but its process did not exit within %gs: it exits without waiting "
+        "for the threads its handlers left running: %s",
+        grace,
+        ", ".join(left) or "none",
+    )
+    logging.shutdown()  # flushes the handlers, which os._exit would not
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(status)
 
 
 def _health_callback(value: Any) -> Callable[[bool, Exception | None], None] | None:

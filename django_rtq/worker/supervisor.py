@@ -24,12 +24,14 @@ RESTART_DELAY_SECONDS = 1.0
 
 
 def _child_main(worker_options: dict[str, Any], supervisor_pid: int) -> None:
-    from .server import Worker
+    from .server import Worker, exit_in_time
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor alone turns Ctrl-C into SIGTERMs
     worker = Worker(**worker_options)
     threading.Thread(target=_stop_when_orphaned, args=(worker, supervisor_pid), daemon=True).start()
-    sys.exit(worker.run())
+    status = worker.run()
+    exit_in_time(status)  # whatever threads its handlers left running
+    sys.exit(status)
 
 
 def _stop_when_orphaned(worker: Any, supervisor_pid: int) -> None:

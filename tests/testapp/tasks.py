@@ -5,6 +5,7 @@ import json
 import os
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import redis
 
@@ -62,18 +63,36 @@ def refuses(name):
     raise NonRetryableError("no point in retrying")
 
 
-@task(max_retries=0)
-def block(name, seconds=30.0):
+def wait_for_release(name, seconds) -> bool:
     """Report that it started, then wait until `release:<name>` is set (or `seconds` pass)."""
     report(f"{name}:started", "1")
     deadline = time.time() + seconds
     while time.time() < deadline:
         if client().get(report_key(f"release:{name}")):
             report(name, "done")
-            return "released"
+            return True
         time.sleep(0.01)
     report(name, "gave up")
-    return "timeout"
+    return False
+
+
+@task(max_retries=0)
+def block(name, seconds=30.0):
+    """Report that it started, then wait until `release:<name>` is set (or `seconds` pass)."""
+    return "released" if wait_for_release(name, seconds) else "timeout"
+
+
+#: The thread pools of `leaves_a_pool_job`, kept so that nothing shuts them down.
+_pools = []
+
+
+@task(max_retries=0)
+def leaves_a_pool_job(name, seconds=60.0):
+    """Give a thread pool a job that waits as `block` does, and return at once: the pool's
+    thread outlives the handler, as a library's pool may."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"pool-of-{name}")
+    _pools.append(pool)
+    pool.submit(wait_for_release, name, seconds)
 
 
 @task(max_retries=0)

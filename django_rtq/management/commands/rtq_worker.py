@@ -11,12 +11,18 @@ from django.core.management.base import BaseCommand, CommandError
 
 from django_rtq.conf import get_settings, parse_queues
 from django_rtq.discovery import failed_modules
-from django_rtq.worker.server import BURST_GIVE_UP_AFTER, EXIT_REDIS_UNREACHABLE, Worker
+from django_rtq.worker.server import BURST_GIVE_UP_AFTER, EXIT_REDIS_UNREACHABLE, Worker, exit_in_time
 from django_rtq.worker.supervisor import Supervisor
 
 
 class Command(BaseCommand):
     help = "Run a django-rtq worker: claim tasks from the queues and run them."
+    #: Whether the process is this command's (manage.py), not one that called it (call_command()).
+    owns_process = False
+
+    def run_from_argv(self, argv: list[str]) -> None:
+        self.owns_process = True
+        super().run_from_argv(argv)
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument(
@@ -94,6 +100,8 @@ class Command(BaseCommand):
         }
         if options["processes"] == 1:
             status = Worker(**worker_options).run()
+            if self.owns_process:
+                exit_in_time(status)  # whatever threads its handlers left running
             if status:
                 sys.exit(status)
         else:
