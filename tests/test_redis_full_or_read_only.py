@@ -151,7 +151,7 @@ def test_a_worker_started_on_a_full_redis_rides_it_out(small_redis, redis_client
     try:
         with small_redis.filled():
             worker.start()  # what it writes as it starts is refused
-            wait_for(lambda: "heartbeater pass skipped" in caplog.text, message="a heartbeat refused")
+            wait_for(lambda: "could not record worker" in caplog.text, message="its registration refused")
         wait_state(Inspector(get_broker()), message.id, None)
     finally:
         worker.stop()
