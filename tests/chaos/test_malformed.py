@@ -517,14 +517,21 @@ def write_corruption(lab: Lab, hash_key: str, task_id: str, corruption: Corrupti
 # Task messages
 
 
+def plant_messages(lab: Lab, corruptions: list[Corruption], label: str) -> list[tuple[Corruption, str, str]]:
+    """Enqueue a `record` task per corruption and rewrite its stored message with it; return
+    (corruption, task id, report name) of each."""
+    planted = []
+    for corruption in corruptions:
+        name = f"{label}-{uuid.uuid4().hex[:8]}"
+        message = tasks.record.enqueue(name)
+        write_corruption(lab, lab.keys().msg, message.id, corruption)
+        planted.append((corruption, message.id, name))
+    return planted
+
+
 def check_bad_messages(lab: Lab, corruptions: list[Corruption]) -> None:
     with lab.round() as problems:
-        bad = []
-        for corruption in corruptions:
-            name = f"bad-{uuid.uuid4().hex[:8]}"
-            message = tasks.record.enqueue(name)
-            write_corruption(lab, lab.keys().msg, message.id, corruption)
-            bad.append((corruption, message.id, name))
+        bad = plant_messages(lab, corruptions, "bad")
         with lab.worker(problems):
             lab.wait_until_settled([task_id for _, task_id, _ in bad])
             for corruption, task_id, name in bad:
@@ -554,12 +561,7 @@ LEFT_FOR_ANOTHER_RELEASE = [
 
 def test_messages_for_another_release_wait_for_it_and_the_worker_says_so(lab):
     with lab.round() as problems:
-        left = []
-        for corruption in LEFT_FOR_ANOTHER_RELEASE:
-            name = f"left-{uuid.uuid4().hex[:8]}"
-            message = tasks.record.enqueue(name)
-            write_corruption(lab, lab.keys().msg, message.id, corruption)
-            left.append((corruption, message.id, name))
+        left = plant_messages(lab, LEFT_FOR_ANOTHER_RELEASE, "left")
         with lab.worker(problems):
 
             def parked(task_id: str) -> bool:
