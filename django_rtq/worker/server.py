@@ -32,6 +32,7 @@ from .mirrorer import Mirrorer
 from .neighbours import NeighbourWatch
 from .processor import Processor
 from .recoverer import Recoverer
+from .redis_watch import RedisWatch
 from .relay import Relay
 from .scheduler import Scheduler
 from .subscriber import Subscriber
@@ -151,6 +152,7 @@ class Worker:
             broker=self.broker,
             interval=conf.HEALTHCHECK_INTERVAL,
             callback=_health_callback(conf.HEALTH_CHECK),
+            watch=RedisWatch(broker=self.broker, held=self._held, eviction_allowed=conf.ALLOW_EVICTING_REDIS),
         )
         self.subscriber = Subscriber(
             broker=self.broker,
@@ -158,6 +160,11 @@ class Worker:
             on_message=lambda channel, task_id: self.processor.cancel(task_id),
             name="cancel",
         )
+
+    def _held(self) -> dict[str, list[str]]:
+        """The ids of the tasks the processor holds (claimed or running), by queue."""
+        held = self.processor.owned_by_queue()
+        return {queue: [task_id for task_id, _ in tasks] for queue, tasks in held.items()}
 
     def components(self) -> list[Any]:
         """The components besides the processor, in start order."""
