@@ -60,18 +60,22 @@ def test_an_evicting_redis_is_an_error_of_check_deploy(own_redis):
 
 def test_the_error_goes_when_the_project_accepts_eviction(own_redis, settings):
     own_redis("--maxmemory-policy", "volatile-lru", "--appendonly", "yes")
+    assert [message.id for message in config_messages()] == ["django_rtq.E006"]
     settings.RTQ = {**settings.RTQ, "ALLOW_EVICTING_REDIS": True}
     assert config_messages() == []
 
 
-def test_noeviction_with_an_append_only_file_says_nothing(own_redis):
-    own_redis("--maxmemory-policy", "noeviction", "--appendonly", "yes")
-    assert config_messages() == []
-
-
-def test_rdb_save_points_are_persistence_too(own_redis):
-    own_redis("--save", "900 1")
-    assert config_messages() == []
+def test_only_eviction_and_the_lack_of_persistence_are_told(own_redis):
+    told = {}
+    for options in (
+        ("--maxmemory-policy", "noeviction", "--appendonly", "yes"),
+        ("--save", "900 1"),  # RDB save points are persistence too
+        ("--maxmemory-policy", "allkeys-lru", "--save", "900 1"),
+        ("--appendonly", "no"),
+    ):
+        own_redis(*options)
+        told[options] = [message.id for message in config_messages()]
+    assert list(told.values()) == [[], [], ["django_rtq.E006"], ["django_rtq.W010"]]
 
 
 def test_a_redis_without_persistence_is_a_warning_naming_what_a_restart_loses(own_redis):
@@ -132,6 +136,7 @@ def test_a_worker_tells_of_a_redis_restarted_without_its_data(own_redis, start_w
     scheduled = tasks.record.using(delay=600).enqueue("later")
     wait_for(lambda: client.lrange(report_key("lost:started"), 0, -1), timeout=30, message="the task to run")
     assert client.hget(f"{prefix}:{{default}}:state", scheduled.id) == "scheduled"
+    assert output.having(f"Redis at 127.0.0.1:{server.port} keeps nothing over a restart")  # warned
 
     server.kill()
     restarted = RedisProcess(port=server.port, directory=server.dir).start()
@@ -190,3 +195,18 @@ def test_a_restart_that_kept_the_data_is_not_a_loss(own_redis, caplog):
 def _looked(watch: RedisWatch) -> bool:
     watch.look()
     return True
+
+
+def test_on_a_cluster_each_master_holds_a_marker_of_its_own(settings, prefix, redis_cluster):
+    settings.RTQ = {**settings.RTQ, "REDIS_URL": f"redis+cluster://127.0.0.1:{redis_cluster.ports[0]}"}
+    reset_broker()
+    watch = RedisWatch(broker=get_broker(), held=dict)
+    watch.look()
+    for port in redis_cluster.ports:
+        node = redis_cluster.node_client(port)
+        run_id = node.info("server")["run_id"]
+        markers = [key for key in node.scan_iter(f"{prefix}:server-marker*") if node.get(key) == run_id]
+        assert len(markers) == 1, port
+        node.delete(*markers)
+        node.close()
+    reset_broker()

@@ -58,7 +58,8 @@ class Worker:
     Redis has been unreachable for `give_up_after` seconds), then shuts down gracefully:
     unfinished tasks go back to pending. A worker that is not a burst one waits for Redis as
     long as it takes. `relay` says whether it relays the outbox (by default, when the settings
-    use it).
+    use it). `watch_redis` says whether its healthchecker checks Redis's configuration and
+    looks for restarts that lost the data (not in a test's burst worker, on a throwaway Redis).
     """
 
     def __init__(
@@ -73,6 +74,7 @@ class Worker:
         broker: Broker | None = None,
         settings: RTQSettings | None = None,
         relay: bool | None = None,
+        watch_redis: bool = True,
     ) -> None:
         conf = settings or get_settings()
         self.conf = conf
@@ -152,7 +154,9 @@ class Worker:
             broker=self.broker,
             interval=conf.HEALTHCHECK_INTERVAL,
             callback=_health_callback(conf.HEALTH_CHECK),
-            watch=RedisWatch(broker=self.broker, held=self._held, eviction_allowed=conf.ALLOW_EVICTING_REDIS),
+            watch=RedisWatch(broker=self.broker, held=self._held, eviction_allowed=conf.ALLOW_EVICTING_REDIS)
+            if watch_redis
+            else None,
         )
         self.subscriber = Subscriber(
             broker=self.broker,
