@@ -12,13 +12,16 @@ import pytest
 import redis
 from django.core.checks import run_checks
 
+from django_rtq.broker import TaskState
 from django_rtq.checks import REDIS_TAG
 from django_rtq.connection import get_broker, reset_broker
 from django_rtq.exceptions import BrokerUnavailable
+from django_rtq.worker.outcome import tell_left_out
 from django_rtq.worker.redis_watch import RedisWatch
+from tests.support.factories import EMAILS, OTHER_WORKER, WORKER, claim_ids, done, make_tasks
 from tests.support.polling import wait_for
 from tests.support.processes import OutputLines
-from tests.support.servers import RedisProcess, cleanup_dir
+from tests.support.servers import RedisProcess, SentinelProcess, cleanup_dir
 from tests.testapp import tasks
 from tests.testapp.tasks import report_key
 
@@ -109,20 +112,35 @@ def test_each_master_of_a_cluster_is_checked(settings, redis_cluster):
     assert named == sorted(redis_cluster.ports)
 
 
-def test_a_worker_refuses_to_start_on_an_evicting_redis(own_redis, start_worker):
+def test_sentinel_s_master_is_checked(own_redis, settings):
+    master = own_redis("--maxmemory-policy", "allkeys-lfu")
+    sentinel = SentinelProcess(master.port, "mymaster").start()
+    try:
+        settings.RTQ = {**settings.RTQ, "REDIS_URL": f"redis+sentinel://127.0.0.1:{sentinel.port}/mymaster"}
+        reset_broker()
+        told = {message.id: message.msg for message in config_messages()}
+        assert sorted(told) == ["django_rtq.E006", "django_rtq.W010"]
+        assert "the master of Sentinel service 'mymaster'" in told["django_rtq.E006"]
+        assert "allkeys-lfu" in told["django_rtq.E006"]
+    finally:
+        reset_broker()
+        sentinel.stop()
+        cleanup_dir(sentinel.dir)
+
+
+def test_a_worker_refuses_to_start_on_an_evicting_redis_unless_the_project_accepts_it(
+    own_redis, start_worker, prefix
+):
     server = own_redis("--maxmemory-policy", "allkeys-lru", "--appendonly", "yes")
-    process = start_worker(RTQ_REDIS_URL=server.url)
-    output, _ = process.communicate(timeout=60)
-    assert process.returncode != 0
+    refused = start_worker(RTQ_REDIS_URL=server.url)
+    output, _ = refused.communicate(timeout=60)
+    assert refused.returncode != 0
     assert "does not start" in output and "allkeys-lru" in output and "ALLOW_EVICTING_REDIS" in output
 
-
-def test_a_worker_starts_on_an_evicting_redis_the_project_accepts(own_redis, start_worker, prefix):
-    server = own_redis("--maxmemory-policy", "allkeys-lru", "--appendonly", "yes")
-    process = start_worker(RTQ_REDIS_URL=server.url, RTQ_TEST_ALLOW_EVICTING_REDIS="1")
+    accepted = start_worker(RTQ_REDIS_URL=server.url, RTQ_TEST_ALLOW_EVICTING_REDIS="1")
     client = redis.Redis(port=server.port, decode_responses=True)
     wait_for(lambda: client.zcard(f"{prefix}:workers"), timeout=30, message="the worker to register")
-    assert process.poll() is None
+    assert accepted.poll() is None
     client.close()
 
 
@@ -186,7 +204,7 @@ def test_a_restart_that_kept_the_data_is_not_a_loss(own_redis, caplog):
     try:
         wait_for(lambda: _looked(watch), timeout=10, ignoring=(BrokerUnavailable,), message="a look")
         assert [r for r in caplog.records if "without its data" in r.getMessage()] == []
-        (record,) = [r for r in caplog.records if "restarted with its data" in r.getMessage()]
+        (record,) = [r for r in caplog.records if "and kept its data" in r.getMessage()]
         assert record.levelname == "WARNING"
     finally:
         restarted.stop()
@@ -210,3 +228,25 @@ def test_on_a_cluster_each_master_holds_a_marker_of_its_own(settings, prefix, re
         node.delete(*markers)
         node.close()
     reset_broker()
+
+
+def test_results_left_out_are_told_late_or_of_a_task_that_no_longer_exists(broker, caplog):
+    late, settled, gone = make_tasks(broker, TaskState.ACTIVE, EMAILS, count=3)  # run 1 each, by WORKER
+    broker.requeue(EMAILS, [late], worker_id=WORKER)
+    assert claim_ids(broker, EMAILS, worker=OTHER_WORKER) == [late]  # run 2
+    broker.client.hdel(broker.queue(EMAILS).runs, gone)  # as after a restart that lost it
+    # kept for a while when settled: a task deleted at once leaves only the count of the gone certain
+    completions = [done(task_id, retention=60) for task_id in (late, settled, gone)]
+
+    count = broker.complete(EMAILS, completions, worker_id=WORKER)
+    tell_left_out(broker, EMAILS, {c.id: c.run for c in completions}, settled=count, what="result")
+
+    messages = [record.getMessage() for record in caplog.records]
+    assert count == 1
+    assert [m for m in messages if "came late" in m] == [
+        f"1 result(s) in queue {EMAILS!r} came late and were left out (a newer run of the task had "
+        f"started): {late}"
+    ]
+    (told_gone,) = [m for m in messages if "no longer exists" in m]
+    assert told_gone.startswith(f"1 result(s) in queue {EMAILS!r} were left out") and gone in told_gone
+    assert late not in told_gone and settled not in told_gone

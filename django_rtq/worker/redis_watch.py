@@ -62,7 +62,11 @@ class RedisWatch:
                 self._tell_lost(run.node, before, run.run_id)
             else:
                 logger.warning(
-                    "Redis at %s restarted with its data (run_id %s→%s)", run.node, before, run.run_id
+                    "Redis at %s is another server process (run_id %s→%s: a restart or a failover) "
+                    "and kept its data",
+                    run.node,
+                    before,
+                    run.run_id,
                 )
         if restarted or not self._config_checked:
             self.check_config()
