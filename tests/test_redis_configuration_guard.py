@@ -150,7 +150,7 @@ def test_a_worker_tells_of_a_redis_restarted_without_its_data(own_redis, start_w
     output = OutputLines(process)
     client = redis.Redis(port=server.port, decode_responses=True)
     wait_for(lambda: client.exists(f"{prefix}:server-marker"), timeout=30, message="the watch's first look")
-    running = tasks.sleep_in_c.enqueue("lost", 6.0)  # its handler sleeps 6 s, then returns
+    running = tasks.sleep_in_c.enqueue("lost", 8.0)  # its handler sleeps 8 s, then returns
     scheduled = tasks.record.using(delay=600).enqueue("later")
     wait_for(lambda: client.lrange(report_key("lost:started"), 0, -1), timeout=30, message="the task to run")
     assert client.hget(f"{prefix}:{{default}}:state", scheduled.id) == "scheduled"
