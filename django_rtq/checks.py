@@ -1,11 +1,13 @@
 """System checks: settings.RTQ, the Redis connection settings, settings.TASKS (its queues, and
-whether the `django.tasks` API is installed), and Redis itself: reachable, and not shared with
-another project's workers under the same key prefix.
+whether the `django.tasks` API is installed), and Redis itself: reachable, configured not to
+lose tasks (no eviction, persistence), and not shared with another project's workers under the
+same key prefix.
 
 All are tagged "django_rtq" but the outbox's table check (W008), a database check that Django
 runs only when asked for databases (`manage.py check --database default`, `migrate`). Only
-`check_redis_reachable` and `check_other_projects` do network I/O, so they are deployment
-checks (`manage.py check --deploy`), tagged "redis" too: `manage.py check --deploy --tag redis`.
+`check_redis_reachable`, `check_redis_config` and `check_other_projects` do network I/O, so
+they are deployment checks (`manage.py check --deploy`), tagged "redis" too:
+`manage.py check --deploy --tag redis`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from django.db import DatabaseError, connections
 
 from .broker import Broker
 from .broker.inspect import Inspector
+from .broker.redis_config import EVICTS, NOT_PERSISTENT, UNREADABLE, findings, read_configs
 from .conf import RTQSettings, get_settings, rtq_task_backends, validate_queue_name
 from .connection import redis_target
 from .projects import SHARING_HINT, current_project, other_projects, sharing_problem
@@ -288,6 +291,36 @@ def check_redis_reachable(app_configs: Any = None, **kwargs: Any) -> list[checks
             )
         ]
     return []
+
+
+#: The check of each kind of finding of broker/redis_config.py.
+REDIS_CONFIG_CHECKS = {
+    EVICTS: (checks.Error, "django_rtq.E006"),
+    NOT_PERSISTENT: (checks.Warning, "django_rtq.W010"),
+    UNREADABLE: (checks.Warning, "django_rtq.W011"),
+}
+
+
+@checks.register(TAG, REDIS_TAG, deploy=True)
+def check_redis_config(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """E006 (deployment only): a master of Redis evicts keys when full, and
+    RTQ['ALLOW_EVICTING_REDIS'] does not accept it; W010: a master keeps nothing over a restart;
+    W011: its configuration cannot be read (CONFIG refused, INFO silent). One rule with the
+    worker's: django_rtq/broker/redis_config.py."""
+    target = _deploy_target()
+    if target is None:
+        return []
+    conf = get_settings()
+    try:
+        with _deploy_client(target) as client:
+            configs = read_configs(client)
+    except Exception:
+        return []  # W003 says why
+    messages = []
+    for finding in findings(configs, eviction_allowed=conf.ALLOW_EVICTING_REDIS):
+        kind, check_id = REDIS_CONFIG_CHECKS[finding.kind]
+        messages.append(kind(finding.message, hint=finding.hint, obj="settings.RTQ", id=check_id))
+    return messages
 
 
 @checks.register(TAG, REDIS_TAG, deploy=True)

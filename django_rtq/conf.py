@@ -58,6 +58,9 @@ class RTQSettings:
     # fit) wait with no worker taking them before they are archived (docs/deploying.md)
     NO_WORKER_GRACE: float = defaults.DEFAULT_NO_WORKER_GRACE_SECONDS
     STATS_TTL: float = defaults.DEFAULT_STATS_TTL_SECONDS
+    # accept a Redis whose maxmemory-policy evicts keys (and so loses tasks when full): workers
+    # refuse to start on one otherwise (docs/redis.md)
+    ALLOW_EVICTING_REDIS: bool = False
     # dotted path or callable, called with (healthy: bool, error: Exception | None)
     HEALTH_CHECK: Any = None
     # the ORM mirror of finished tasks (django_rtq.models.FinishedTask)

@@ -81,3 +81,8 @@ class NoWorkerCanRun(RTQError):
 
 class CorruptWorkflow(RTQError):
     """A waiting workflow's own state in Redis is corrupt: it is archived with this error."""
+
+
+class RedisMisconfigured(RTQError):
+    """Redis's own configuration would lose tasks (it evicts keys when full): a worker refuses
+    to start on it unless RTQ["ALLOW_EVICTING_REDIS"] accepts that."""

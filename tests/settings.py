@@ -85,6 +85,8 @@ RTQ = {
     "MIRROR_INTERVAL": 0.1,
     # flow control: a worker process's queue limits, as JSON (tests/test_flow_control_workers.py)
     "QUEUE_LIMITS": json.loads(os.environ.get("RTQ_TEST_QUEUE_LIMITS", "{}")),
+    # a worker process on an evicting Redis (tests/test_redis_configuration_guard.py)
+    "ALLOW_EVICTING_REDIS": os.environ.get("RTQ_TEST_ALLOW_EVICTING_REDIS") == "1",
 }
 
 TASKS = {

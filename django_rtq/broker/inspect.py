@@ -424,6 +424,14 @@ class Inspector:
                     found[task_id] = (name, TaskState(state))
         return found
 
+    def runs(self, queue: str, task_ids: list[str]) -> dict[str, str | None]:
+        """Return {id: its current run number, None for a task that no longer exists}."""
+        if not task_ids:
+            return {}
+        with translate_errors():
+            runs = self.client.hmget(self.broker.queue(queue).runs, task_ids)
+        return dict(zip(task_ids, runs, strict=True))
+
     def _load(
         self, queue: str, state: TaskState, ids_scores: list[tuple[str, float | None]]
     ) -> list[TaskInfo]:

@@ -240,6 +240,11 @@ class Keyspace:
     def worker(self, worker_id: str) -> str:  # STRING JSON of a worker's info, with a TTL
         return f"{self.prefix}:worker:{worker_id}"
 
+    def server_marker(self, tag: str | None = None) -> str:
+        """STRING: the run_id of the Redis server it was written under, kept while the server
+        keeps its data (broker/redis_config.py); on a Cluster one per master, in the slot of `tag`."""
+        return f"{self.prefix}:server-marker" + (f":{{{tag}}}" if tag else "")
+
 
 @cache
 def _queue_keys(prefix: str, queue: str) -> QueueKeys:

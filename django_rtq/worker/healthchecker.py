@@ -8,6 +8,7 @@ from collections.abc import Callable
 from ..broker import Broker
 from ..exceptions import BrokerUnavailable
 from .component import Component
+from .redis_watch import RedisWatch
 
 HealthCallback = Callable[[bool, Exception | None], None]
 
@@ -20,14 +21,25 @@ class Healthchecker(Component):
 
     It alone logs an outage (when it starts, every OUTAGE_REMINDER_SECONDS while it lasts, and
     when it ends); the other components log the passes Redis made them skip at DEBUG only.
+    After each ping Redis answered, its Redis watch (when it has one) looks for a restart that
+    lost the data, and checks Redis's configuration.
     """
 
     name = "healthchecker"
 
-    def __init__(self, *, broker: Broker, interval: float, callback: HealthCallback | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        broker: Broker,
+        interval: float,
+        callback: HealthCallback | None = None,
+        watch: RedisWatch | None = None,
+    ) -> None:
         super().__init__(interval=interval)
         self.broker = broker
         self.callback = callback
+        self.watch = watch
+        self._watch_failing = False
         self.healthy: bool | None = None
         self._unreachable_since: float | None = None  # time.monotonic()
         self._reminded_at = 0.0
@@ -62,6 +74,20 @@ class Healthchecker(Component):
             self._reminded_at = now
             self.logger.error("Redis still unreachable after %.0fs: %s", now - self._unreachable_since, error)
         self.healthy = healthy
+        if healthy and self.watch is not None:
+            self._look()
         if self.callback is not None:
             self.callback(healthy, error)
         return healthy
+
+    def _look(self) -> None:
+        try:
+            self.watch.look()
+        except BrokerUnavailable:
+            pass  # the next ping tells
+        except Exception as exc:  # a refused INFO (a managed Redis): said once
+            if not self._watch_failing:
+                self.logger.warning("cannot look for restarts of Redis that lose its data: %s", exc)
+            self._watch_failing = True
+        else:
+            self._watch_failing = False

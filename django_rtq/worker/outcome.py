@@ -11,6 +11,8 @@ from django.dispatch import Signal
 from .. import signals
 from ..broker import Broker, ClaimedTask, TaskMessage, TaskState
 from ..broker.attempt import AttemptInfo, will_retry
+from ..broker.inspect import Inspector
+from ..exceptions import BrokerUnavailable
 from ..registry import get_task_type
 from ..retry import exponential_backoff
 
@@ -80,11 +82,7 @@ def settle_failure(broker: Broker, failure: Failure, *, worker_id: str) -> TaskS
         unique_key=message.unique_key if message else None,
     )
     if not moved:
-        logger.warning(
-            "the failure of task %r of queue %r came late (a newer run had started, or it was gone)",
-            claimed.id,
-            claimed.queue,
-        )
+        tell_left_out(broker, claimed.queue, {claimed.id: claimed.run}, settled=0, what="failure")
         return None
     _send_failure_signal(message, exc, retry_at_ms / 1000 if retryable else None)
     name = message.task if message else "?"
@@ -110,6 +108,49 @@ def settle_failure(broker: Broker, failure: Failure, *, worker_id: str) -> TaskS
             info["error"],
         )
     return target
+
+
+def tell_left_out(broker: Broker, queue: str, runs: dict[str, str], *, settled: int, what: str) -> None:
+    """Log the outcomes (`what`: "result" or "failure") of a settle that left some out, telling
+    those that came late (a newer run of the task had started: fenced by run number) from those
+    whose task no longer exists (deleted, or lost with Redis's data)."""
+    left = len(runs) - settled
+    if left <= 0:
+        return
+    try:
+        now = Inspector(broker).runs(queue, list(runs))
+    except BrokerUnavailable:
+        logger.warning(
+            "%d of %d %s(s) in queue %r were left out: a newer run of the task had started, or the "
+            "task no longer exists",
+            left,
+            len(runs),
+            what,
+            queue,
+        )
+        return
+    late = [task_id for task_id, run in runs.items() if now[task_id] is not None and now[task_id] != run]
+    if late:
+        logger.warning(
+            "%d %s(s) in queue %r came late and were left out (a newer run of the task had started): %s",
+            len(late),
+            what,
+            queue,
+            ", ".join(late),
+        )
+    gone = left - len(late)
+    if gone > 0:
+        # Without a run number the task is gone; the ids of a settle whose settled tasks were
+        # deleted at once (no retention) are ambiguous, so only the count is certain then.
+        missing = [task_id for task_id, run in runs.items() if now[task_id] is None]
+        logger.warning(
+            "%d %s(s) in queue %r were left out because the task no longer exists in Redis "
+            "(deleted, or lost with Redis's data: see any 'restarted without its data' error)%s",
+            gone,
+            what,
+            queue,
+            ": " + ", ".join(missing) if len(missing) == gone else "",
+        )
 
 
 def _send_failure_signal(message: TaskMessage | None, error: BaseException, retry_at: float | None) -> None:

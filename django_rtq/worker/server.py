@@ -32,6 +32,7 @@ from .mirrorer import Mirrorer
 from .neighbours import NeighbourWatch
 from .processor import Processor
 from .recoverer import Recoverer
+from .redis_watch import RedisWatch
 from .relay import Relay
 from .scheduler import Scheduler
 from .subscriber import Subscriber
@@ -57,7 +58,8 @@ class Worker:
     Redis has been unreachable for `give_up_after` seconds), then shuts down gracefully:
     unfinished tasks go back to pending. A worker that is not a burst one waits for Redis as
     long as it takes. `relay` says whether it relays the outbox (by default, when the settings
-    use it).
+    use it). `watch_redis` says whether its healthchecker checks Redis's configuration and
+    looks for restarts that lost the data (not in a test's burst worker, on a throwaway Redis).
     """
 
     def __init__(
@@ -72,6 +74,7 @@ class Worker:
         broker: Broker | None = None,
         settings: RTQSettings | None = None,
         relay: bool | None = None,
+        watch_redis: bool = True,
     ) -> None:
         conf = settings or get_settings()
         self.conf = conf
@@ -151,6 +154,9 @@ class Worker:
             broker=self.broker,
             interval=conf.HEALTHCHECK_INTERVAL,
             callback=_health_callback(conf.HEALTH_CHECK),
+            watch=RedisWatch(broker=self.broker, held=self._held, eviction_allowed=conf.ALLOW_EVICTING_REDIS)
+            if watch_redis
+            else None,
         )
         self.subscriber = Subscriber(
             broker=self.broker,
@@ -158,6 +164,11 @@ class Worker:
             on_message=lambda channel, task_id: self.processor.cancel(task_id),
             name="cancel",
         )
+
+    def _held(self) -> dict[str, list[str]]:
+        """The ids of the tasks the processor holds (claimed or running), by queue."""
+        held = self.processor.owned_by_queue()
+        return {queue: [task_id for task_id, _ in tasks] for queue, tasks in held.items()}
 
     def components(self) -> list[Any]:
         """The components besides the processor, in start order."""

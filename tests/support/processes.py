@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -42,3 +43,24 @@ def start_worker(broker, prefix) -> Iterator[Callable[..., subprocess.Popen]]:
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+class OutputLines:
+    """The lines a process writes on its stdout (a pipe), read as they come by a thread of
+    their own, so that a test can wait for a line while the process runs."""
+
+    def __init__(self, process: subprocess.Popen) -> None:
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, args=(process,), daemon=True)
+        self._thread.start()
+
+    def _read(self, process: subprocess.Popen) -> None:
+        for line in process.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def having(self, text: str) -> list[str]:
+        """The lines read so far that contain `text`."""
+        return [line for line in list(self.lines) if text in line]
+
+    def text(self) -> str:
+        return "\n".join(self.lines)

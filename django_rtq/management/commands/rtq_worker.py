@@ -10,7 +10,10 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
 from django_rtq.conf import get_settings, parse_queues
+from django_rtq.connection import get_broker
 from django_rtq.discovery import failed_modules
+from django_rtq.exceptions import BrokerUnavailable, RedisMisconfigured
+from django_rtq.worker.redis_watch import refuse_evicting_redis
 from django_rtq.worker.server import BURST_GIVE_UP_AFTER, EXIT_REDIS_UNREACHABLE, Worker, exit_in_time
 from django_rtq.worker.supervisor import Supervisor
 
@@ -90,6 +93,12 @@ class Command(BaseCommand):
             raise CommandError("--concurrency must be at least 1.")
         if options["processes"] < 1:
             raise CommandError("--processes must be at least 1.")
+        try:
+            refuse_evicting_redis(get_broker(), eviction_allowed=conf.ALLOW_EVICTING_REDIS)
+        except RedisMisconfigured as exc:
+            raise CommandError(str(exc)) from None
+        except BrokerUnavailable:
+            pass  # the worker waits for Redis; its Redis watch checks the configuration then
         worker_options = {
             "queues": queues,
             "concurrency": options["concurrency"],

@@ -18,7 +18,7 @@ from ...broker.attempt import AttemptInfo
 from ...broker.message import child_notice
 from ...broker.timings import Timings
 from ...exceptions import BrokerUnavailable
-from ..outcome import settle_failure
+from ..outcome import settle_failure, tell_left_out
 from ..syncer import Syncer, SyncRequest
 from .jobs import JobTable, Outcome
 
@@ -133,13 +133,8 @@ class Settler:
     def _complete(self, queue: str, done: list[Completion]) -> None:
         settled = self.broker.complete(queue, done, worker_id=self.worker_id)
         if settled < len(done):
-            logger.warning(
-                "%d of %d result(s) in queue %r came late (a newer run of the task had started, "
-                "or it was gone) and were left out",
-                len(done) - settled,
-                len(done),
-                queue,
-            )
+            runs = {completion.id: completion.run for completion in done}
+            tell_left_out(self.broker, queue, runs, settled=settled, what="result")
 
     def _completion(self, outcome: Outcome) -> Completion:
         job = outcome.job
