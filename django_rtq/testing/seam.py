@@ -1,15 +1,16 @@
 """The seam every enqueue goes through, `Broker.enqueue` (and `Broker.send_outboxed` for the
-outbox's tasks), and who intercepts it now."""
+outbox's tasks, `Broker.announce_signatures` for what goes ahead of them), and who intercepts it now."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
 from ..broker import Broker
 from ..broker.broker import OUTBOX_SENT
 from ..broker.message import TaskMessage
+from ..message_builder import give_back_unannounced
 
 #: What an interceptor receives instead of Redis: the messages of one enqueue call.
 Interceptor = Callable[[list[TaskMessage]], None]
@@ -18,6 +19,7 @@ _lock = threading.RLock()
 _interceptors: list[Interceptor] = []
 _original_enqueue = Broker.enqueue
 _original_send_outboxed = Broker.send_outboxed
+_original_announce_signatures = Broker.announce_signatures
 
 
 def _intercepted_enqueue(self: Broker, messages: Sequence[TaskMessage]) -> None:
@@ -38,6 +40,11 @@ def _intercepted_send_outboxed(self: Broker, messages: Sequence[TaskMessage]) ->
     return [OUTBOX_SENT] * len(messages)
 
 
+def _announce_later(self: Broker, signatures: Iterable[tuple[str, str]]) -> None:
+    """Nothing reaches Redis while tasks are intercepted: the signatures wait for a real enqueue."""
+    give_back_unannounced(list(signatures))
+
+
 @contextmanager
 def intercept_enqueues(interceptor: Interceptor) -> Iterator[None]:
     """Hand every enqueue (of any broker, from any thread) to `interceptor` instead of Redis.
@@ -50,6 +57,7 @@ def intercept_enqueues(interceptor: Interceptor) -> Iterator[None]:
         if not _interceptors:
             Broker.enqueue = _intercepted_enqueue  # type: ignore[method-assign]
             Broker.send_outboxed = _intercepted_send_outboxed  # type: ignore[method-assign]
+            Broker.announce_signatures = _announce_later  # type: ignore[method-assign]
         _interceptors.append(interceptor)
     try:
         yield
@@ -59,3 +67,4 @@ def intercept_enqueues(interceptor: Interceptor) -> Iterator[None]:
             if not _interceptors:
                 Broker.enqueue = _original_enqueue  # type: ignore[method-assign]
                 Broker.send_outboxed = _original_send_outboxed  # type: ignore[method-assign]
+                Broker.announce_signatures = _original_announce_signatures  # type: ignore[method-assign]
