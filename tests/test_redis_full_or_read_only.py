@@ -9,11 +9,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
 
 import pytest
 import redis
-from django.utils import timezone
 
 from django_rtq.broker import Broker, TaskState
 from django_rtq.broker.inspect import Inspector
@@ -23,6 +21,7 @@ from django_rtq.models import OutboxTask
 from django_rtq.outbox import relay
 from django_rtq.registry import announce_enqueued
 from django_rtq.worker.server import Worker
+from tests.support.outbox import make_due
 from tests.support.polling import wait_for
 from tests.support.runs import reports, wait_state
 from tests.support.servers import RedisProcess, cleanup_dir
@@ -114,10 +113,6 @@ def test_with_the_fallback_a_full_redis_keeps_the_task_in_the_outbox_until_it_is
     assert relay(broker, using="default", announce=announce_enqueued) == 1
     assert Inspector(broker).get_task(message.id).state == TaskState.PENDING
     assert not OutboxTask.objects.exists()
-
-
-def make_due() -> None:
-    OutboxTask.objects.update(next_attempt_at=timezone.now() - timedelta(seconds=1))
 
 
 def test_a_completion_refused_by_a_full_redis_is_written_once_freed_and_the_handler_ran_once(
