@@ -18,6 +18,7 @@ from redis.retry import Retry
 
 from django_rtq.broker import TaskState
 from django_rtq.broker.inspect import Inspector
+from django_rtq.broker.keys import Keyspace
 from django_rtq.connection import get_broker, reset_broker
 from django_rtq.exceptions import BrokerUnavailable
 from django_rtq.models import OutboxTask
@@ -157,6 +158,13 @@ def test_a_replica_that_lost_its_master_and_serves_no_stale_data_is_redis_away(s
 def test_a_cluster_that_lost_a_master_is_redis_away(settings, prefix):
     with started_cluster() as (cluster, nodes):
         owner = slot_owner(cluster)
+        # Keys off the queue's slot on its master too (the queue registry, the signatures), so
+        # that every command meets the cluster down (CLUSTERDOWN), none the dead master.
+        with cluster.client() as client:
+            owned = {
+                slot for slot in range(16384) if client.nodes_manager.get_node_from_slot(slot).port == owner
+            }
+        settings.RTQ = {**settings.RTQ, "KEY_PREFIX": prefix_within(prefix, owned)}
         [victim, *_] = [node for node in nodes if node.port != owner]
         restarted = RedisProcess(*victim.extra, port=victim.port, directory=victim.dir)
 
@@ -206,6 +214,15 @@ def test_a_multi_key_script_on_a_slot_mid_migration_is_redis_away_until_it_moved
         # The first task moved with its keys, and the client followed it (MOVED).
         assert Inspector(get_broker()).get_task(first.id).state == TaskState.PENDING
         reset_broker()
+
+
+def prefix_within(base: str, slots: set[int]) -> str:
+    """A key prefix from `base` whose keys off the queues' slots are all in `slots`."""
+    for n in range(10_000):
+        keys = Keyspace(f"{base}-{n}")
+        if {key_slot(key.encode()) for key in (keys.queues, keys.signatures, keys.workers)} <= slots:
+            return keys.prefix
+    raise AssertionError(f"no prefix from {base!r} has its keys in those slots")
 
 
 def slot_owner(cluster: Cluster) -> int:
