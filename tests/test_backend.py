@@ -28,6 +28,7 @@ from django_rtq.exceptions import DeadlineExceeded, NonRetryableError, TaskCance
 from django_rtq.models import FinishedTask
 from tests.support.factories import WORKER, claim_ids, done
 from tests.support.polling import wait_for
+from tests.support.runs import task_state
 from tests.testapp import dtasks
 from tests.testapp.tasks import client, report_key
 
@@ -41,14 +42,6 @@ def wait_status(result, status, timeout=10.0):
 
     wait_for(reached, timeout, message=f"task {result.id} to be {status}")
     return result
-
-
-def in_redis(inspector, task_id):
-    try:
-        inspector.get_task(task_id)
-    except Exception:
-        return False
-    return True
 
 
 def test_the_backend_supports_everything_django_tasks_asks_about():
@@ -76,7 +69,7 @@ def test_enqueue_returns_a_ready_result_that_a_worker_completes(mirroring, run_w
         assert result.errors == []
         # Deleted from Redis at once (no retention), the result is read from the mirror.
         wait_for(lambda: FinishedTask.objects.filter(pk=result.id).exists())
-    assert not in_redis(inspector, result.id)
+    assert task_state(inspector, result.id) is None  # gone (another error would raise)
     mirrored = dtasks.multiply.get_result(result.id)
     assert (mirrored.status, mirrored.return_value, mirrored.attempts) == ("SUCCESSFUL", 42, 1)
     assert mirrored.finished_at == result.finished_at

@@ -98,6 +98,31 @@ def stop_workers(workers: list[subprocess.Popen]) -> None:
         assert worker.wait(timeout=WORKER_STOP_TIMEOUT) == 0, worker.stdout.read()
 
 
+#: The windows, in seconds, in which the tests count starts: a second, and a few seconds.
+WINDOWS = (1.0, 2.0, 5.0, 10.0)
+
+
+def assert_rate_held(starts: list[float], per_second: int, *, burst: int = 1, reached: bool = True) -> None:
+    """Count the runs' recorded starts in windows of each length: none holds more than the rate
+    allows (plus the burst, and one start the bucket may let in up to 2 ms early for a late claim
+    when several seconds are counted); with `reached`, some second holds the full rate. Only
+    the starts' spacing counts: how long the whole took depends on the machine's load."""
+    print("starts per second:", starts_per_second(starts))
+    for seconds in WINDOWS:
+        slack = 0 if seconds == 1.0 else 1
+        assert most_starts_within(starts, seconds) <= per_second * seconds + burst + slack, seconds
+    if reached:
+        assert most_starts_within(starts, 1.0) >= per_second
+
+
+def starts_per_second(starts: list[float]) -> list[int]:
+    """How many of the starts fell in each second from the first (for the test's output)."""
+    counts = [0] * (int(max(starts) - min(starts)) + 1)
+    for at in starts:
+        counts[int(at - min(starts))] += 1
+    return counts
+
+
 def flow_use(client, broker: Broker, queue: str) -> tuple[dict, int, int]:
     """A queue's concurrency use (`running`), tasks with a slot (`slots`), and tasks held."""
     keys = broker.queue(queue)
@@ -109,11 +134,8 @@ def test_a_rate_of_10_per_second_holds_across_three_worker_processes(start_worke
     enqueue_many([tasks.flow_rate_10.prepare("rate") for _ in range(200)])
     runs = wait_for(lambda: ended(redis_client, "rate", 200), timeout=45, message="200 rate-limited runs")
 
-    starts = [run.start for run in runs]
     assert len(runs) == 200  # each ran once
-    assert most_starts_within(starts, 1.0) <= 10 + 1  # the rate, plus the burst (1)
-    elapsed = max(run.end for run in runs) - starts[0]
-    assert 19 <= elapsed <= 22  # 199 intervals of 0.1 s
+    assert_rate_held([run.start for run in runs], per_second=10)
     assert len({run.pid for run in runs}) == 3  # every worker took its share
     assert flow_use(redis_client, broker, QUEUE) == ({}, 0, 0)
 
@@ -197,7 +219,7 @@ def test_djangos_own_task_is_limited_across_workers(start_worker, broker, redis_
     runs = wait_for(lambda: ended(redis_client, "django", 20), timeout=30, message="20 runs to end")
     assert {run.id for run in runs} == {result.id for result in results}
     assert most_at_once([(run.start, run.end) for run in runs]) == 2  # max_concurrency=2
-    assert most_starts_within([run.start for run in runs], 1.0) <= 10 + 1  # rate_limit="10/s"
+    assert_rate_held([run.start for run in runs], per_second=10, reached=False)  # rate_limit="10/s"
 
 
 @pytest.fixture
@@ -226,10 +248,6 @@ def test_a_rate_limit_holds_on_the_cluster(
     cluster_broker.enqueue([tasks.flow_rate_10.prepare("rate") for _ in range(60)])
     runs = wait_for(lambda: ended(redis_client, "rate", 60), timeout=30, message="60 runs on the cluster")
 
-    starts = [run.start for run in runs]
     assert len(runs) == 60
-    assert most_starts_within(starts, 1.0) <= 10 + 1
-    elapsed = max(run.end for run in runs) - starts[0]
-    # 59 intervals of 0.1 s, less at most 2 ms the bucket keeps for a late claim, and timing jitter
-    assert 5.85 <= elapsed <= 8
+    assert_rate_held([run.start for run in runs], per_second=10)
     assert flow_use(cluster_broker.client, cluster_broker, QUEUE) == ({}, 0, 0)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from datetime import timedelta
 
 import pytest
 from django.core import checks
@@ -29,6 +28,7 @@ from django_rtq.outbox import OutboxStats, forget_sent, outbox_stats, relay
 from django_rtq.registry import announce_enqueued
 from django_rtq.testing import capture_tasks
 from tests.support.factories import WORKER, claim_ids, done
+from tests.support.outbox import make_due
 from tests.support.polling import wait_for
 from tests.testapp import dtasks, tasks
 from tests.testapp.tasks import report_key
@@ -38,11 +38,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def relay_all(broker) -> int:
     return relay(broker, using="default", announce=announce_enqueued)
-
-
-def make_due():
-    """Make every row the relay's to send now (as RELAY_AFTER seconds later)."""
-    OutboxTask.objects.update(next_attempt_at=timezone.now() - timedelta(seconds=1))
 
 
 def live_ids(broker, queue="default") -> set[str]:

@@ -1,20 +1,19 @@
 """Replies of a Redis that is up but cannot take writes for now, on real servers: one full
 (`maxmemory` with `noeviction`: OOM) and a replica taken for the master (READONLY, as when DNS
 still points at the old master after a failover). redis-py makes them OutOfMemoryError and
-ReadOnlyError, dropping the reply's code; to django-rtq they are Redis away for a while."""
+ReadOnlyError, dropping the reply's code; to django-rtq they are Redis away for a while. Lease
+renewals alone run on a full Redis (extend_leases declares allow-oom)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
 
 import pytest
 import redis
-from django.utils import timezone
 
-from django_rtq.broker import TaskState
+from django_rtq.broker import Broker, TaskState
 from django_rtq.broker.inspect import Inspector
 from django_rtq.connection import get_broker, reset_broker
 from django_rtq.exceptions import BrokerUnavailable
@@ -22,6 +21,7 @@ from django_rtq.models import OutboxTask
 from django_rtq.outbox import relay
 from django_rtq.registry import announce_enqueued
 from django_rtq.worker.server import Worker
+from tests.support.outbox import make_due
 from tests.support.polling import wait_for
 from tests.support.runs import reports, wait_state
 from tests.support.servers import RedisProcess, cleanup_dir
@@ -31,6 +31,8 @@ from tests.testapp import tasks
 MAXMEMORY_BYTES = 8 * 1024 * 1024
 FILLER_BYTES = 2 * MAXMEMORY_BYTES
 FILLER_KEY = "filler"
+#: A short lease, so that a handler outlasts several lease budgets (1.6 s each) in a few seconds.
+SHORT_LEASE = 2.0
 
 
 class SmallRedis:
@@ -113,10 +115,6 @@ def test_with_the_fallback_a_full_redis_keeps_the_task_in_the_outbox_until_it_is
     assert not OutboxTask.objects.exists()
 
 
-def make_due() -> None:
-    OutboxTask.objects.update(next_attempt_at=timezone.now() - timedelta(seconds=1))
-
-
 def test_a_completion_refused_by_a_full_redis_is_written_once_freed_and_the_handler_ran_once(
     small_redis, redis_client, no_errors_logged, caplog
 ):
@@ -131,8 +129,8 @@ def test_a_completion_refused_by_a_full_redis_is_written_once_freed_and_the_hand
         wait_for(lambda: reports(redis_client, "finishing:started"), message="the handler to start")
         with small_redis.filled():
             caplog.clear()
-            # Its lease cannot be renewed meanwhile: a pass Redis skipped, not one that failed.
-            wait_for(lambda: "heartbeater pass skipped" in caplog.text, message="a renewal refused")
+            # The registry's writes are refused meanwhile (its lease renewals are not: see below).
+            wait_for(lambda: "could not record worker" in caplog.text, message="a registry write refused")
             redis_client.set(tasks.report_key("release:finishing"), "1")  # on the suite's Redis
             wait_for(lambda: len(worker.syncer) == 1, message="the completion to wait in the syncer")
             assert inspector.get_task(message.id).state == TaskState.ACTIVE
@@ -143,6 +141,37 @@ def test_a_completion_refused_by_a_full_redis_is_written_once_freed_and_the_hand
         worker.stop()
     assert reports(redis_client, "finishing:started") == ["1"]
     assert reports(redis_client, "finishing") == ["done"]
+
+
+def test_leases_are_renewed_on_a_full_redis_and_a_long_handler_runs_on(
+    small_redis, redis_client, prefix, no_errors_logged, caplog
+):
+    broker = Broker(get_broker().client, prefix=prefix, lease_seconds=SHORT_LEASE)
+    active = broker.queue("default").active
+    message = tasks.block.enqueue("outlasting", seconds=60)
+    worker = Worker(broker=broker, queues={"default": 1}, concurrency=1, relay=False)
+    worker.start()
+    try:
+        wait_for(lambda: reports(redis_client, "outlasting:started"), message="the handler to start")
+        with small_redis.filled():
+            caplog.clear()
+            wait_for(lambda: "could not record worker" in caplog.text, message="a registry write refused")
+            # extend_leases may run on a full Redis (allow-oom): the lease's expiry moves on, past
+            # three leases from now, while the worker would stop the handler after 0.8 of one.
+            expiry = broker.client.zscore(active, message.id)
+            wait_for(
+                lambda: broker.client.zscore(active, message.id) > expiry + 3 * SHORT_LEASE * 1000,
+                timeout=5 * SHORT_LEASE,
+                message="the lease renewed while Redis is full",
+            )
+            assert worker.processor.owned_by_queue() == {"default": [(message.id, True)]}
+            redis_client.set(tasks.report_key("release:outlasting"), "1")  # on the suite's Redis
+            # Its settle deletes the task (no retention): a full Redis runs it.
+            wait_state(Inspector(broker), message.id, None)
+    finally:
+        worker.stop()
+    assert reports(redis_client, "outlasting:started") == ["1"]  # never stopped, never run again
+    assert reports(redis_client, "outlasting") == ["done"]
 
 
 def test_a_worker_started_on_a_full_redis_rides_it_out(small_redis, redis_client, no_errors_logged, caplog):

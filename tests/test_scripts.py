@@ -319,3 +319,13 @@ def test_each_script_carries_the_helpers_it_uses_and_no_others():
     assert "local function archive_task" not in scripts["claim"].source
     assert "local function take_for_settling" in scripts["fail"].source
     assert "local function hand_off" in scripts["enqueue"].source
+
+
+def test_a_script_declares_its_flags_to_redis_on_its_first_line_before_the_helpers():
+    leases = SCRIPTS["extend_leases"]
+    assert leases.flags == ("allow-oom",)  # renewals run on a full Redis
+    assert leases.source.startswith("#!lua flags=allow-oom\n-- Helpers shared by the scripts")
+    assert "local function clock_now" in leases.source
+    for script in SCRIPTS.values():
+        assert "#!lua" not in script.source[1:]
+        assert script.source.startswith("#!lua") == bool(script.flags)

@@ -5,16 +5,21 @@ from __future__ import annotations
 import json
 import time
 from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
+import redis
 
-from django_rtq.broker import TaskMessage, TaskState, manual
+from django_rtq.broker import Broker, TaskMessage, TaskState, manual
 from django_rtq.broker.waiting import waiting_for_worker
 from django_rtq.exceptions import BrokerUnavailable, DuplicateTask
+from django_rtq.worker import recoverer as recoverer_module
 from django_rtq.worker.processor import Processor
 from django_rtq.worker.processor.fetcher import SHORT_TASKS_BUFFER
 from django_rtq.worker.server import Worker
+from tests.support.clock import FakeClock
 from tests.support.polling import wait_for
+from tests.support.proxy import TCPProxy
 from tests.support.runs import reports, task_state, wait_state
 from tests.testapp import tasks
 
@@ -367,23 +372,44 @@ def test_corrupt_info_does_not_keep_a_task_from_being_recovered(broker, inspecto
     assert back.state == TaskState.PENDING and back.info["recovered"] == 1
 
 
-def test_the_recoverer_waits_for_live_workers_to_renew_after_an_outage(broker, inspector, monkeypatch):
-    from django_rtq.exceptions import BrokerUnavailable
-    from django_rtq.worker.recoverer import Recoverer
+def test_the_recoverer_waits_for_live_workers_to_renew_after_an_outage(
+    broker, inspector, redis_url, prefix, monkeypatch
+):
+    clock = FakeClock()
+    monkeypatch.setattr(recoverer_module, "time", SimpleNamespace(monotonic=clock))
+    url = redis.connection.parse_url(redis_url)
+    proxy = TCPProxy(url.get("host", "127.0.0.1"), url.get("port", 6379)).up()
+    client = redis.Redis(port=proxy.port, db=url.get("db", 0), decode_responses=True, socket_timeout=2)
+    patient = recoverer_module.Recoverer(
+        broker=Broker(client, prefix=prefix), queues=["default"], interval=1, grace=0,
+        max_recoveries=5, settle_seconds=30,
+    )  # fmt: skip
+    first, second = tasks.add.enqueue(1, 1), tasks.add.enqueue(2, 2)
+    try:
+        broker.claim("default", worker_id="cut-off-worker", limit=1)
+        expire_leases(broker)
+        assert patient.run_once() == 0  # it has not been in touch with Redis for 30 s yet
+        assert inspector.get_task(first.id).state == TaskState.ACTIVE
+        clock.advance(30)
+        assert patient.run_once() == 1
+        assert inspector.get_task(first.id).state == TaskState.PENDING
 
-    message = tasks.add.enqueue(1, 1)
-    broker.claim("default", worker_id="cut-off-worker", limit=10)
-    expire_leases(broker)
-    patient = Recoverer(
-        broker=broker, queues=["default"], interval=1, grace=0, max_recoveries=5, settle_seconds=30
-    )
-    assert patient.run_once() == 0  # it has not been in touch with Redis for 30 s yet
-    assert inspector.get_task(message.id).state == TaskState.ACTIVE
-    monkeypatch.setattr(broker, "ping", lambda: (_ for _ in ()).throw(BrokerUnavailable("down")))
-    patient._in_contact_since = None  # an outage resets the wait
-    with pytest.raises(BrokerUnavailable):
-        patient.run_once()
-    assert patient._in_contact_since is None
+        broker.claim("default", worker_id="cut-off-worker", limit=10)
+        expire_leases(broker)
+        proxy.down()  # this worker loses Redis: live workers may be unable to renew as well
+        with pytest.raises(BrokerUnavailable):
+            patient.run_once()
+        proxy.up()
+        clock.advance(30)  # an outage that lasted past the settle time: the wait starts again
+        assert patient.run_once() == 0
+        assert {inspector.get_task(m.id).state for m in (first, second)} == {TaskState.ACTIVE}
+        clock.advance(29)
+        assert patient.run_once() == 0
+        clock.advance(1)
+        assert patient.run_once() == 2
+    finally:
+        client.close()
+        proxy.down()
 
 
 @pytest.mark.django_db(transaction=True)

@@ -150,24 +150,15 @@ def test_a_worker_that_cannot_renew_its_leases_stops_its_tasks_in_time(
 # Errors other than a lost connection
 
 
-# OOM and READONLY, as redis-py parses them: tests/test_redis_full_or_read_only.py.
-@pytest.mark.parametrize(
-    "reply",
-    [
-        "LOADING Redis is loading the dataset in memory",
-        "MASTERDOWN Link with MASTER is down",
-        "CLUSTERDOWN The cluster is down",
-        "TRYAGAIN Multiple keys request during rehashing of slot",
-    ],
-)
-def test_replies_of_a_server_that_cannot_take_writes_for_now_are_unavailability(reply):
-    with pytest.raises(BrokerUnavailable), translate_errors():
-        raise redis.ResponseError(reply)
+# Replies of a Redis away for a while (LOADING, MASTERDOWN, CLUSTERDOWN, TRYAGAIN, OOM, READONLY),
+# made by real servers: tests/test_redis_away_replies.py, tests/test_redis_full_or_read_only.py.
 
 
-def test_other_replies_are_not_unavailability():
-    with pytest.raises(redis.ResponseError), translate_errors():
-        raise redis.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value")
+def test_other_replies_are_not_unavailability(redis_client, prefix):
+    key = f"{prefix}:a-string"
+    redis_client.set(key, "not a sorted set")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"), translate_errors():
+        redis_client.zadd(key, {"member": 1})
 
 
 class CompletionRefused:

@@ -12,6 +12,10 @@ building keys from the names at each call would cost time on the hot path (a cla
 settle), and a list typed out reads as plainly as the header. Instead tests/test_scripts.py
 runs every operation and checks each key every call passed, by name, against its position's
 line (`key_pattern`): a key out of order or of another queue fails there.
+
+A script may declare flags on its first line, as Redis 7 reads them (`#!lua flags=allow-oom`);
+the loader keeps that line first, before the helpers. Redis then applies every rule of a
+script with flags: its keys must be declared and in one slot, as ours are anyway.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ _HEADER_LINE = re.compile(r"^-- (KEYS|ARGV)\[(\d+)(\.\.)?\] -> (.*(?:\n--  +.*)*
 _DEFINITION = re.compile(r"^local (?:function )?(\w+)", re.MULTILINE)
 #: A key's name in a header: the prefix, the queue's hash tag, then the rest with `<...>` parts.
 _KEY_NAME = re.compile(r"rtq:\{<queue>\}:(?:<[^>]*>|[^\s,<])+")
+#: A script's first line declaring its flags to Redis (7.0+): "#!lua flags=allow-oom".
+_SHEBANG = re.compile(r"\A#!lua(?: flags=([\w,-]*))?\n")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +49,7 @@ class LuaScript:
     more_keys: str  # what the KEYS[n+1..] line says follows them ("" when none does)
     fixed_args: int  # ARGV[1..n] named one by one
     variadic_args: bool  # an ARGV[n+1..] line follows them
+    flags: tuple[str, ...] = ()  # what its `#!lua flags=` line declares to Redis
 
     @property
     def fixed_keys(self) -> int:
@@ -60,7 +67,9 @@ def load_scripts() -> dict[str, LuaScript]:
     scripts = {}
     for path in sorted(LUA_DIR.glob("[!_]*.lua")):
         body = path.read_text()
-        source = _used_helpers(helpers, body) + "\n" + body
+        shebang = _SHEBANG.match(body)
+        first_line, body = (shebang.group(0), body[shebang.end() :]) if shebang else ("", body)
+        source = first_line + _used_helpers(helpers, body) + "\n" + body
         header: dict[str, list[tuple[bool, str]]] = {"KEYS": [], "ARGV": []}  # (variadic, text)
         for kind, index, rest, text in _HEADER_LINE.findall(body):
             lines = header[kind]
@@ -76,6 +85,7 @@ def load_scripts() -> dict[str, LuaScript]:
             more_keys=next((text for rest, text in keys if rest), ""),
             fixed_args=sum(1 for rest, _ in argv if not rest),
             variadic_args=any(rest for rest, _ in argv),
+            flags=tuple(filter(None, (shebang.group(1) or "").split(","))) if shebang else (),
         )
     return scripts
 

@@ -12,6 +12,7 @@ import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,11 +119,12 @@ def wait_until_ready(ports: list[int]) -> None:
         )
 
 
-@pytest.fixture(scope="session")
-def redis_cluster() -> Iterator[Cluster]:
+@contextmanager
+def started_cluster(count: int = NODES) -> Iterator[tuple[Cluster, list[RedisProcess]]]:
+    """A cluster of `count` masters of its own, and its nodes' processes (to kill one)."""
     nodes: list[RedisProcess] = []
     try:
-        for _ in range(NODES):
+        for _ in range(count):
             nodes.append(cluster_node())
             nodes[-1].start()
         ports = [node.port for node in nodes]
@@ -132,11 +134,17 @@ def redis_cluster() -> Iterator[Cluster]:
         else:
             create_with_commands(ports)
         wait_until_ready(ports)
-        yield Cluster(ports=tuple(ports))
+        yield Cluster(ports=tuple(ports)), nodes
     finally:
         for node in nodes:
             node.stop()
             cleanup_dir(node.dir)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[Cluster]:
+    with started_cluster() as (cluster, _):
+        yield cluster
 
 
 @pytest.fixture

@@ -107,9 +107,7 @@ class RedisProcess:
         ]
 
     def start(self, timeout: float = 10.0) -> RedisProcess:
-        self.process = subprocess.Popen(
-            self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent
-        )
+        self.launch()
         client = redis.Redis(port=self.port, password=self.password, socket_connect_timeout=0.2)
 
         def answers() -> bool:
@@ -127,6 +125,14 @@ class RedisProcess:
             )
         finally:
             client.close()
+        return self
+
+    def launch(self) -> RedisProcess:
+        """Start the process without waiting for it to answer (a server loading its data
+        answers LOADING until it has)."""
+        self.process = subprocess.Popen(
+            self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent
+        )
         return self
 
     def stop(self) -> None:

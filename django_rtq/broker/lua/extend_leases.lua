@@ -1,5 +1,10 @@
+#!lua flags=allow-oom
 -- Extend the leases a worker holds on its active tasks, and record which of them have started
 -- since they were claimed into the worker's memory (see claim.lua).
+--
+-- Allowed on a full Redis (maxmemory with noeviction: flag allow-oom): it only moves the scores
+-- of members that exist (ZADD XX) and removes members, so it needs no memory, and a worker whose
+-- renewals were refused would stop its handlers when Redis is merely full.
 --
 -- KEYS[1] -> rtq:{<queue>}:active
 -- KEYS[2] -> rtq:{<queue>}:owner
