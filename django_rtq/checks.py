@@ -24,7 +24,7 @@ from django.db import DatabaseError, connections
 
 from .broker import Broker
 from .broker.inspect import Inspector
-from .broker.redis_config import EVICTS, NOT_PERSISTENT, UNREADABLE, findings, read_configs
+from .broker.redis_config import EVICTS, NOT_PERSISTENT, TOO_OLD, UNREADABLE, findings, read_configs
 from .conf import RTQSettings, get_settings, rtq_task_backends, validate_queue_name
 from .connection import redis_target
 from .projects import SHARING_HINT, current_project, other_projects, sharing_problem
@@ -298,6 +298,7 @@ REDIS_CONFIG_CHECKS = {
     EVICTS: (checks.Error, "django_rtq.E006"),
     NOT_PERSISTENT: (checks.Warning, "django_rtq.W010"),
     UNREADABLE: (checks.Warning, "django_rtq.W011"),
+    TOO_OLD: (checks.Error, "django_rtq.E007"),
 }
 
 
@@ -305,7 +306,8 @@ REDIS_CONFIG_CHECKS = {
 def check_redis_config(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """E006 (deployment only): a master of Redis evicts keys when full, and
     RTQ['ALLOW_EVICTING_REDIS'] does not accept it; W010: a master keeps nothing over a restart;
-    W011: its configuration cannot be read (CONFIG refused, INFO silent). One rule with the
+    W011: its configuration cannot be read (CONFIG refused, INFO silent); E007: a master is older
+    than Redis 7.0. One rule with the
     worker's: django_rtq/broker/redis_config.py."""
     target = _deploy_target()
     if target is None:

@@ -13,6 +13,7 @@ import redis
 from django.core.checks import run_checks
 
 from django_rtq.broker import TaskState
+from django_rtq.broker.redis_config import TOO_OLD, ServerConfig, findings, read_configs
 from django_rtq.checks import REDIS_TAG
 from django_rtq.connection import get_broker, reset_broker
 from django_rtq.exceptions import BrokerUnavailable
@@ -26,7 +27,7 @@ from tests.testapp import tasks
 from tests.testapp.tasks import report_key
 
 #: The checks of Redis's configuration.
-CONFIG_CHECKS = ("django_rtq.E006", "django_rtq.W010", "django_rtq.W011")
+CONFIG_CHECKS = ("django_rtq.E006", "django_rtq.W010", "django_rtq.W011", "django_rtq.E007")
 
 
 def config_messages() -> list:
@@ -79,6 +80,20 @@ def test_only_eviction_and_the_lack_of_persistence_are_told(own_redis):
         own_redis(*options)
         told[options] = [message.id for message in config_messages()]
     assert list(told.values()) == [[], [], ["django_rtq.E006"], ["django_rtq.W010"]]
+
+
+def test_the_server_s_version_is_read_and_one_older_than_redis_7_is_an_error(own_redis):
+    server = own_redis("--appendonly", "yes")
+    (config,) = read_configs(get_broker().client)
+    assert config.version == redis.Redis.from_url(server.url).info("server")["redis_version"]
+    assert findings([config]) == []  # this machine's server is 7.0 or newer
+    # No Redis 6 can be started here (Debian and PyPI carry 7.0+), so the rule is shown on what
+    # such a server would report; the worker refuses to start on it as on an evicting one.
+    old = ServerConfig(node="10.0.0.5:6379", eviction_policy="noeviction", aof=True, version="6.2.14")
+    (finding,) = findings([old], eviction_allowed=True)
+    assert finding.kind == TOO_OLD and finding.is_error
+    assert "6.2.14" in finding.message and "7.0 or newer" in finding.message
+    assert findings([ServerConfig(node="n", eviction_policy="noeviction", aof=True, version="7.0.0")]) == []
 
 
 def test_a_redis_without_persistence_is_a_warning_naming_what_a_restart_loses(own_redis):

@@ -23,7 +23,9 @@ NOEVICTION = "noeviction"
 #: The setting by which a project accepts an evicting Redis (django_rtq/conf.py).
 ALLOW_SETTING = "RTQ['ALLOW_EVICTING_REDIS']"
 #: What a finding is about (the check ids of django_rtq/checks.py are keyed by these).
-EVICTS, NOT_PERSISTENT, UNREADABLE = "evicts", "not-persistent", "unreadable"
+EVICTS, NOT_PERSISTENT, UNREADABLE, TOO_OLD = "evicts", "not-persistent", "unreadable", "too-old"
+#: The oldest Redis the scripts run on: the lease renewal declares a Redis 7 flag (`allow-oom`).
+OLDEST_VERSION = (7, 0)
 #: Tries at a hash tag that lands on a given Cluster master (of 16,384 slots, a third each).
 MAX_TAG_TRIES = 100_000
 
@@ -37,6 +39,7 @@ class ServerConfig:
     aof: bool | None = None  # appendonly
     save_points: str | None = None  # the RDB `save` setting; "" when RDB snapshots are off
     refused: str = ""  # CONFIG GET's error when it was refused (then INFO was read)
+    version: str | None = None  # INFO server's redis_version (Valkey reports the Redis it matches)
 
     @property
     def persists(self) -> bool | None:
@@ -59,7 +62,17 @@ class Finding:
 
     @property
     def is_error(self) -> bool:
-        return self.kind == EVICTS
+        return self.kind in (EVICTS, TOO_OLD)
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """ "7.2.4" -> (7, 2, 4); parts that are not numbers end it."""
+    numbers = []
+    for part in version.split("."):
+        if not part.isdigit():
+            break
+        numbers.append(int(part))
+    return tuple(numbers)
 
 
 def findings(configs: list[ServerConfig], *, eviction_allowed: bool = False) -> list[Finding]:
@@ -69,6 +82,20 @@ def findings(configs: list[ServerConfig], *, eviction_allowed: bool = False) -> 
     found = []
     for config in configs:
         policy, node = config.eviction_policy, config.node
+        if config.version is not None and version_tuple(config.version) < OLDEST_VERSION:
+            oldest = ".".join(map(str, OLDEST_VERSION))
+            found.append(
+                Finding(
+                    kind=TOO_OLD,
+                    node=node,
+                    message=(
+                        f"Redis at {node} is version {config.version}; django-rtq needs {oldest} or "
+                        "newer (its lease renewal is a script that declares Redis 7's allow-oom flag, "
+                        "which older servers refuse: no lease could be renewed)."
+                    ),
+                    hint=f"Upgrade Redis to {oldest} or newer (or use Valkey). See docs/redis.md.",
+                )
+            )
         if policy is not None and policy != NOEVICTION and not eviction_allowed:
             found.append(
                 Finding(
@@ -158,6 +185,10 @@ def read_configs(client: Any) -> list[ServerConfig]:
 
 def read_config(master: Master) -> ServerConfig:
     try:
+        version = master.client.info("server").get("redis_version")
+    except redis.ResponseError:
+        version = None
+    try:
         pipe = master.client.pipeline(transaction=False)
         for name in ("maxmemory-policy", "appendonly", "save"):
             pipe.config_get(name)
@@ -170,17 +201,19 @@ def read_config(master: Master) -> ServerConfig:
             eviction_policy=policy.get("maxmemory-policy"),
             aof=aof["appendonly"] == "yes" if "appendonly" in aof else None,
             save_points=save.get("save"),
+            version=version,
         )
     try:
         memory, persistence = master.client.info("memory"), master.client.info("persistence")
     except redis.ResponseError:
-        return ServerConfig(node=master.name, refused=refused)
+        return ServerConfig(node=master.name, refused=refused, version=version)
     aof_enabled = persistence.get("aof_enabled")
     return ServerConfig(
         node=master.name,
         eviction_policy=memory.get("maxmemory_policy"),
         aof=None if aof_enabled is None else bool(int(aof_enabled)),
         refused=refused,
+        version=version,
     )
 
 
