@@ -16,10 +16,11 @@ logger = logging.getLogger(__name__)
 Held = Callable[[], dict[str, list[str]]]
 
 
-def refuse_evicting_redis(broker: Broker, *, eviction_allowed: bool) -> None:
-    """Raise RedisMisconfigured, naming the policy and what it loses, when a master of the
-    worker's Redis evicts keys and the project does not accept it. Redis's absence raises
-    BrokerUnavailable; a configuration that cannot be read does not raise (the watch warns)."""
+def refuse_unfit_redis(broker: Broker, *, eviction_allowed: bool) -> None:
+    """Raise RedisMisconfigured, naming what is wrong and what it loses, when a master of the
+    worker's Redis evicts keys (and the project does not accept it) or is older than 7.0.
+    Redis's absence raises BrokerUnavailable; a configuration that cannot be read does not
+    raise (the watch warns)."""
     errors = [
         finding
         for finding in findings(read_configs(broker.client), eviction_allowed=eviction_allowed)

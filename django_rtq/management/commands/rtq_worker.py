@@ -13,7 +13,7 @@ from django_rtq.conf import get_settings, parse_queues
 from django_rtq.connection import get_broker
 from django_rtq.discovery import failed_modules
 from django_rtq.exceptions import BrokerUnavailable, RedisMisconfigured
-from django_rtq.worker.redis_watch import refuse_evicting_redis
+from django_rtq.worker.redis_watch import refuse_unfit_redis
 from django_rtq.worker.server import BURST_GIVE_UP_AFTER, EXIT_REDIS_UNREACHABLE, Worker, exit_in_time
 from django_rtq.worker.supervisor import Supervisor
 
@@ -94,7 +94,7 @@ class Command(BaseCommand):
         if options["processes"] < 1:
             raise CommandError("--processes must be at least 1.")
         try:
-            refuse_evicting_redis(get_broker(), eviction_allowed=conf.ALLOW_EVICTING_REDIS)
+            refuse_unfit_redis(get_broker(), eviction_allowed=conf.ALLOW_EVICTING_REDIS)
         except RedisMisconfigured as exc:
             raise CommandError(str(exc)) from None
         except BrokerUnavailable:
