@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         TaskNotFound,
         TaskTimeout,
         WorkerShutdown,
+        WorkflowTooDeep,
     )
     from .operations import Operations
     from .registry import TaskType, enqueue_many, task
@@ -55,6 +56,7 @@ _EXPORTS = {
     "TaskTimeout": ".exceptions",
     "TaskType": ".registry",
     "WorkerShutdown": ".exceptions",
+    "WorkflowTooDeep": ".exceptions",
     "current_task": ".context",
     "enqueue_many": ".registry",
     "get_broker": ".connection",
@@ -80,6 +82,7 @@ __all__ = [
     "TaskTimeout",
     "TaskType",
     "WorkerShutdown",
+    "WorkflowTooDeep",
     "current_task",
     "enqueue_many",
     "get_broker",

@@ -9,6 +9,21 @@ class InvalidTask(RTQError, ValueError):
     """A task definition, its options or its arguments are not acceptable."""
 
 
+class WorkflowTooDeep(InvalidTask):
+    """A workflow nests workflows deeper than django-rtq plans and stores (see
+    django_rtq.workflows.canvas.MAX_DEPTH); refused before anything is written."""
+
+    def __init__(self, depth: int | None, limit: int) -> None:
+        self.depth = depth  # None: it contains itself, so has no depth
+        self.limit = limit
+        nested = "contains itself" if depth is None else f"nests workflows {depth} deep"
+        super().__init__(
+            f"This workflow {nested}; at most {limit} levels are allowed (a workflow of tasks is "
+            "1 level, one that contains it 2). Flatten it, or make its deeper parts later: "
+            "an iterator's steps, or a task that enqueues a workflow of its own."
+        )
+
+
 class InvalidArguments(InvalidTask, TypeError):
     """A call's arguments do not fit its task's signature, or would not reach the handler as
     given (JSON has no tuples, and its object keys are strings)."""

@@ -11,6 +11,7 @@ from croniter import croniter
 from django.core.exceptions import ImproperlyConfigured
 
 from .broker.limits import QUEUE_SCOPE, Limit, make_limit
+from .broker.message import MAX_ID_LENGTH
 from .conf import LIMIT_OPTIONS, validate_queue_name
 from .exceptions import InvalidTask
 
@@ -43,9 +44,10 @@ USING_OPTIONS = TYPE_OPTIONS - {"retry_backoff", "expose", *SCHEDULE_OPTIONS, *L
 STEP_OPTIONS = TYPE_OPTIONS - {"retry_backoff", "expose", *SCHEDULE_OPTIONS} | CALL_OPTIONS - {"task_id"}
 #: A task id of your own: 1 to 255 printable ASCII characters but / \ % ? # (and no spaces), so
 #: that it is one URL path segment, reads the same quoted or not, and fits the ORM mirror's
-#: column. A workflow's children get its id with ".<position>" added: keep workflows' ids shorter.
-TASK_ID_PATTERN = re.compile(r"(?:(?![/\\%?#])[!-~]){1,255}")
-TASK_ID_RULE = "1 to 255 printable ASCII characters other than / \\ % ? # (no spaces)"
+#: column. A workflow's children get its id with ".<position>" added, or, past that length, a
+#: shorter id of the same characters (broker/workflow.py, child_id).
+TASK_ID_PATTERN = re.compile(rf"(?:(?![/\\%?#])[!-~]){{1,{MAX_ID_LENGTH}}}")
+TASK_ID_RULE = f"1 to {MAX_ID_LENGTH} printable ASCII characters other than / \\ % ? # (no spaces)"
 
 
 def check_options(options: dict[str, Any], allowed: frozenset[str], task_name: str) -> None:

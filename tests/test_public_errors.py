@@ -28,6 +28,7 @@ from django_rtq import exceptions
         "TaskNotFound",
         "TaskTimeout",
         "WorkerShutdown",
+        "WorkflowTooDeep",
     ],
 )
 def test_the_errors_users_catch_come_from_the_package(name):

@@ -23,6 +23,7 @@ from .limits import HELD_BASE, QUEUE_SCOPE, Limit, bucket_tokens
 from .message import TaskMessage
 from .states import TaskState
 from .timings import Histogram, histograms
+from .workflow import child_id
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ class TaskInfo:
         """Ids of a waiting workflow's children that have started and not finished."""
         if not self.workflow:
             return []
-        return [f"{self.id}.{name[6:]}" for name in self.workflow if name.startswith("queue:")]
+        return [child_id(self.id, name[6:]) for name in self.workflow if name.startswith("queue:")]
 
     @property
     def info(self) -> dict[str, Any]:

@@ -11,6 +11,8 @@ from .versions import MESSAGE_FORMAT, NewerFormat, stored_version
 #: Highest and lowest priority; higher runs first (the range of `django.tasks`).
 MIN_PRIORITY = -100
 MAX_PRIORITY = 100
+#: The longest task id, in characters (printable ASCII: as many bytes); see TASK_ID_PATTERN.
+MAX_ID_LENGTH = 255
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -18,6 +18,7 @@ import redis
 
 from .broker import Broker
 from .errors import translate_errors
+from .message import MAX_ID_LENGTH
 from .versions import WORKFLOW_FORMAT, NewerFormat
 
 logger = logging.getLogger(__name__)
@@ -32,6 +33,8 @@ WORKFLOW_TASKS = frozenset(WORKFLOW_TASK.values())
 APPLIED_TTL_MS = 3600 * 1000
 #: How long (ms) a taken command is left to its worker before another may apply it.
 COMMAND_LEASE_MS = 30 * 1000
+#: How many characters of its workflow's id a child's id keeps when it is derived (child_id).
+CHILD_ID_KEPT = 200
 #: How a workflow script refuses a workflow whose hash is of a newer format (see _lib.lua).
 _NEWER_REPLY = "NEWERFORMAT workflow "
 
@@ -44,6 +47,18 @@ class NewerWorkflow(NewerFormat):
         self.queue = queue
         self.workflow_id = workflow_id
         super().__init__("workflow", version, readable)
+
+
+def child_id(workflow_id: str, position: int | str) -> str:
+    """The id of a workflow's child at `position`: "<workflow id>.<position>", or, when that is
+    longer than a task id may be, the first CHILD_ID_KEPT characters of the workflow's id, "~"
+    and the SHA-1 of the long one. Ids stay within MAX_ID_LENGTH however deep workflows nest,
+    and never change for those that fit (ids are derived, never stored). child_id in
+    lua/_lib.lua derives the same."""
+    long_id = f"{workflow_id}.{position}"
+    if len(long_id) <= MAX_ID_LENGTH:
+        return long_id
+    return f"{workflow_id[:CHILD_ID_KEPT]}~{hashlib.sha1(long_id.encode()).hexdigest()}"
 
 
 def take_commands(

@@ -11,12 +11,19 @@ from typing import Any, Literal, Self
 
 from ..broker import Broker
 from ..conf import get_settings
-from ..exceptions import InvalidTask
+from ..exceptions import InvalidTask, WorkflowTooDeep
 from ..registry import Signature, TaskType
 from ..task_options import as_instant, as_seconds
 from .commands import start_workflow
 
 OnError = Literal["fail", "collect"]
+
+#: How many workflows deep one workflow may nest (a workflow of tasks is 1 deep; a chain with
+#: that workflow as a step, 2). Deeper ones are refused with WorkflowTooDeep before anything is
+#: written: a node is one JSON document, planned, stored and read by recursive code (Python's
+#: json, Redis's cjson, nested 1,000 deep at most), and a workflow nests 2 JSON levels a level.
+#: Runs end to end far deeper (see docs/workflows.md); ids do not grow past 255 characters.
+MAX_DEPTH = 100
 
 
 class Workflow:
@@ -43,7 +50,16 @@ class Workflow:
         return postponed
 
     def node(self) -> dict[str, Any]:
+        """This workflow as a node (a JSON-able dict the planner reads); raise WorkflowTooDeep
+        if it nests workflows deeper than MAX_DEPTH, before building anything recursively."""
+        check_depth(self)
+        return self._node()
+
+    def _node(self) -> dict[str, Any]:
         raise NotImplementedError
+
+    def _children(self) -> Sequence[Step]:
+        return ()
 
     def enqueue(
         self, *, queue: str | None = None, workflow_id: str | None = None, broker: Broker | None = None
@@ -64,7 +80,34 @@ def _nodes(children: Sequence[Step]) -> list[dict[str, Any]]:
             raise TypeError(
                 f"A workflow's children are signatures (task.s(...)) or workflows, not {child!r}."
             )
-    return [child.node() for child in children]
+    return [child._node() if isinstance(child, Workflow) else child.node() for child in children]
+
+
+def check_depth(workflow: Workflow) -> int:
+    """How many workflows deep `workflow` nests; raise WorkflowTooDeep past MAX_DEPTH.
+
+    Without recursion, one level at a time, each workflow object counted once per level (a
+    sub-workflow shared by many steps costs once), so a canvas nested 100,000 deep is refused
+    as cheaply as measured: a level with no workflows ends it. One that contains itself (a
+    cycle made by changing its steps) would never end: it is caught once the levels outnumber
+    the workflow objects seen."""
+    level: dict[int, Workflow] = {id(workflow): workflow}
+    seen = set(level)
+    depth = 0
+    while level:
+        depth += 1
+        if depth > len(seen):
+            raise WorkflowTooDeep(None, MAX_DEPTH)
+        level = {
+            id(child): child
+            for parent in level.values()
+            for child in parent._children()
+            if isinstance(child, Workflow)
+        }
+        seen.update(level)
+    if depth > MAX_DEPTH:
+        raise WorkflowTooDeep(depth, MAX_DEPTH)
+    return depth
 
 
 def _queue(queue: str | None, nodes: list[dict[str, Any]]) -> str:
@@ -90,7 +133,10 @@ class chain(Workflow):
         self.retention = retention
         self.stages: list[str] | None = None
 
-    def node(self) -> dict[str, Any]:
+    def _children(self) -> Sequence[Step]:
+        return self.steps
+
+    def _node(self) -> dict[str, Any]:
         steps = _nodes(self.steps)
         node = {
             "t": "chain",
@@ -126,7 +172,10 @@ class group(Workflow):
         self.queue = queue
         self.retention = retention
 
-    def node(self) -> dict[str, Any]:
+    def _children(self) -> Sequence[Step]:
+        return self.children
+
+    def _node(self) -> dict[str, Any]:
         children = _nodes(self.children)
         return {
             "t": "group",
@@ -153,7 +202,7 @@ class _each(Workflow):
         self.on_error = on_error
         self.queue = queue
 
-    def node(self) -> dict[str, Any]:
+    def _node(self) -> dict[str, Any]:
         template = self.task.node()
         return {
             "t": "each",
@@ -210,7 +259,7 @@ class iterator(Workflow):
         self.queue = queue
         self.retention = retention
 
-    def node(self) -> dict[str, Any]:
+    def _node(self) -> dict[str, Any]:
         queue = self.queue or self.task.options.get("queue") or get_settings().DEFAULT_QUEUE
         return {
             "t": "iterator",

@@ -30,6 +30,7 @@ from ..broker.workflow import (
     NewerWorkflow,
     activate,
     cancel_workflow,
+    child_id,
     child_outcome,
     commands_done,
     defer_command,
@@ -37,7 +38,8 @@ from ..broker.workflow import (
     take_commands,
 )
 from ..connection import get_broker
-from ..exceptions import BrokerUnavailable, TaskIdConflict
+from ..exceptions import BrokerUnavailable, InvalidTask, TaskIdConflict
+from ..task_options import TASK_ID_PATTERN, TASK_ID_RULE
 from .planner import NO_INPUT, EmptyGroup, ParentRef, dumps, plan
 
 logger = logging.getLogger(__name__)
@@ -60,6 +62,8 @@ def start_workflow(
     node: dict[str, Any], *, queue: str | None, workflow_id: str, broker: Broker | None = None
 ) -> str:
     """Create a workflow from its node and start its first children; return its id."""
+    if not isinstance(workflow_id, str) or not TASK_ID_PATTERN.fullmatch(workflow_id):
+        raise InvalidTask(f"workflow_id must be {TASK_ID_RULE}, not {workflow_id!r}.")
     broker = broker or get_broker()
     if queue:
         node = {**node, "queue": queue}
@@ -191,7 +195,7 @@ def _activate(broker: Broker, cmd_id: str, command: dict[str, Any]) -> set[str]:
         try:
             planned = plan(
                 item["node"],
-                node_id=f"{parent.id}.{position}",
+                node_id=child_id(parent.id, position),
                 parent=child,
                 input=item.get("input", NO_INPUT),
             )
@@ -259,9 +263,9 @@ def _cancel(broker: Broker, command: dict[str, Any]) -> set[str]:
     reason = f"its workflow {command['workflow']!r} failed or was cancelled"
     for queue, ids in command["children"].items():
         states = broker.client.hmget(broker.queue(queue).state, ids)
-        for child_id, state in zip(ids, states, strict=True):
+        for task_id, state in zip(ids, states, strict=True):
             if state == TaskState.WAITING:
-                cancel_workflow(broker, queue, child_id, error_type=manual.CANCELLED, message=reason)
+                cancel_workflow(broker, queue, task_id, error_type=manual.CANCELLED, message=reason)
         not_started = [i for i, s in zip(ids, states, strict=True) if s in _NOT_STARTED]
         manual.archive(broker, queue, not_started, reason=reason)
     return set(command["children"])

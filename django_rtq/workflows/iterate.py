@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..exceptions import NonRetryableError
+from ..exceptions import InvalidTask, NonRetryableError
 from ..registry import find_task_type, task
 from .canvas import Step
 from .planner import ITERATE_TASK
@@ -31,5 +31,8 @@ def iterate(iterator: str, state: Any) -> dict[str, Any]:
             raise NonRetryableError(
                 f"Iterator {iterator!r} made {child!r}: expected task.s(...) or a workflow."
             )
-        nodes.append(child.node())
+        try:
+            nodes.append(child.node())
+        except InvalidTask as exc:  # WorkflowTooDeep: it would fail the same way every time
+            raise NonRetryableError(f"Iterator {iterator!r} made a child that cannot run: {exc}") from None
     return {"state": new_state, "children": nodes, "done": not nodes}

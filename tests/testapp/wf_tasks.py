@@ -3,6 +3,7 @@
 import time
 
 from django_rtq import current_task, task
+from django_rtq.workflows import chain
 
 from .tasks import report
 
@@ -70,3 +71,15 @@ def freezes_once(chunk, frozen_chunk):
         while True:  # stopped by the timeout
             time.sleep(0.01)
     return sum(chunk)
+
+
+@task
+def nests(state):
+    """An iterator's function: one child, chains nested state["depth"] deep, then no more."""
+    report("nests:calls", state["depth"])
+    if state.get("made"):
+        return None
+    child = chain(add.si(1, 1))
+    for _ in range(state["depth"] - 1):
+        child = chain(add.si(1, 1), child)
+    return {**state, "made": True}, [child]

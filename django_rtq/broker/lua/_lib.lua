@@ -447,6 +447,13 @@ local function drop_workflow_columns(w)
   redis.call('DEL', w.wf, w.results)
 end
 
+-- A workflow's child's id: child_id in broker/workflow.py (MAX_ID_LENGTH, CHILD_ID_KEPT there).
+local function child_id(workflow_id, pos)
+  local id = workflow_id .. '.' .. pos
+  if #id <= 255 then return id end
+  return string.sub(workflow_id, 1, 200) .. '~' .. redis.sha1hex(id)
+end
+
 -- The workflow failed (a child failed for good, it was cancelled, or it is corrupt): cancel its
 -- children that have not finished (a command to their queues; a postponed workflow has none
 -- yet), then archive it (archive_task: its record for the mirror, a command to its own
@@ -468,7 +475,7 @@ local function fail_workflow(w, error_type, error_message, child)
       if pos then
         local queue = fields[i + 1]
         by_queue[queue] = by_queue[queue] or {}
-        table.insert(by_queue[queue], w.id .. '.' .. pos)
+        table.insert(by_queue[queue], child_id(w.id, pos))
         any = true
       end
     end

@@ -59,8 +59,9 @@ if not ok then
     local decoded, err = pcall(cjson.decode, payload)
     if not decoded or type(err) ~= 'table' then err = {} end
     local message = type(err.message) == 'string' and err.message or ''
+    local child = child_id(w.id, pos)
     fail_workflow(w, type(err.type) == 'string' and err.type or '',
-      'child ' .. w.id .. '.' .. pos .. ' failed: ' .. message, w.id .. '.' .. pos)
+      'child ' .. child .. ' failed: ' .. message, child)
     return 'failed'
   end
   payload = '{"error":' .. payload .. '}'
@@ -74,7 +75,7 @@ local OWN_QUEUE = {expected = 'its queue ' .. shown(w.queue), test = function(v)
 -- A chain's or group's child at `pos`, which must be one of its `n` children.
 local function position_defect(n)
   if is_count(pos) and tonumber(pos) < n then return nil end
-  return 'child ' .. shown(w.id .. '.' .. pos) .. ' is not one of its ' .. n .. ' children'
+  return 'child ' .. shown(child_id(w.id, pos)) .. ' is not one of its ' .. n .. ' children'
 end
 
 -- Activation commands for new children: items are JSON objects {"pos", "node"[, "input"]}.
