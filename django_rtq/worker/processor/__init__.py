@@ -58,7 +58,7 @@ class Processor:
         #: How long (seconds) a lease is relied on after the request that set it was sent.
         self.lease_budget = lease_budget(broker.lease_ms)
 
-        self.jobs = JobTable()
+        self.jobs = JobTable(clock=lambda: broker.clock())
         self.fetcher = Fetcher(
             jobs=self.jobs,
             broker=broker,
