@@ -54,7 +54,7 @@ class Processor:
         self.queues = dict(queues)
         self.concurrency = concurrency
         self.strict = strict
-        self.started_at = time.time()
+        self.started_at = broker.clock()  # the queue's clock, as the times of its tasks
         #: How long (seconds) a lease is relied on after the request that set it was sent.
         self.lease_budget = lease_budget(broker.lease_ms)
 
