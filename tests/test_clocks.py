@@ -9,15 +9,19 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from datetime import timedelta
 
 import pytest
+import redis
 
 from django_rtq import Operations
 from django_rtq.broker import TaskState
+from django_rtq.broker.clock import ServerClock
 from tests.support import ROOT
 from tests.support.faketime import clock_off_by
 from tests.support.polling import wait_for
+from tests.support.servers import free_port
 from tests.testapp import tasks
 
 #: How far (seconds) the wrong clocks are off.
@@ -184,3 +188,30 @@ def test_a_web_host_off_by_ten_minutes_reckons_a_delay_and_a_deadline_from_redis
     soon = ops.live_task(soon_id).message
     assert before + 300 - CLOSE < soon.deadline < after + 300 + CLOSE
     assert before - CLOSE < soon.enqueued_at < after + CLOSE
+
+
+def test_periodic_ticks_are_reckoned_on_redis_time_by_workers_whose_clocks_disagree(
+    start_worker, redis_client
+):
+    """A schedule every second, on two workers 10 minutes ahead and behind: each tick once, none
+    before its time by Redis's clock, none 10 minutes late."""
+    start_worker(RTQ_TEST_PERIODIC_EVERY="1", **clock_off_by(+SKEW))
+    start_worker(RTQ_TEST_PERIODIC_EVERY="1", **clock_off_by(-SKEW))
+    wait_for(lambda: len(reported(redis_client, "every_tick")) >= 4, timeout=30, message="4 ticks")
+    now = server_time(redis_client)
+    ticks = [int(task_id.rsplit(":", 1)[1]) / 1000 for task_id in reported(redis_client, "every_tick")]
+    assert len(set(ticks)) == len(ticks)
+    assert all(now - 30 < tick <= now for tick in ticks), [tick - now for tick in ticks]
+
+
+def test_a_process_that_cannot_reach_redis_reads_its_own_clock_without_an_error():
+    """The enqueue side builds a message before it sends it (into the outbox when Redis is
+    away): with no TIME reply yet, the clock is this host's, and reading it raises nothing."""
+    client = redis.Redis(port=free_port(), socket_connect_timeout=0.5, retry=None, decode_responses=True)
+    clock = ServerClock(client)
+    before = time.time()
+    assert before <= clock() <= time.time()
+    assert clock.offset is None
+    started = time.monotonic()
+    clock()  # asks again only after RETRY_SECONDS: no second wait on the connection
+    assert time.monotonic() - started < 0.1
