@@ -215,3 +215,19 @@ def test_a_process_that_cannot_reach_redis_reads_its_own_clock_without_an_error(
     started = time.monotonic()
     clock()  # asks again only after RETRY_SECONDS: no second wait on the connection
     assert time.monotonic() - started < 0.1
+
+
+@pytest.mark.parametrize("skew", [+SKEW, -SKEW], ids=["ahead", "behind"])
+def test_a_finished_task_is_kept_for_its_retention_by_redis_time(start_worker, ops, redis_client, skew):
+    """A result kept 60 s is kept 60 s by Redis's clock: not 11 minutes (a worker ahead), nor
+    deleted at once (a worker behind, whose janitor took it for 9 minutes old)."""
+    start_worker(**clock_off_by(skew))
+    message = tasks.add.enqueue(1, 2)  # retention=60
+    completed = ops.broker.queue("default").completed
+    score = wait_for(lambda: redis_client.zscore(completed, message.id), timeout=30, message="the result")
+    kept_until = score / 1000
+    assert server_time(redis_client) + 60 - CLOSE < kept_until < server_time(redis_client) + 60
+    tasks.report_host_clock.enqueue("probe")  # after it: the janitor had passes meanwhile too
+    wait_for(lambda: reported(redis_client, "probe"), timeout=30, message="the probe")
+    assert_host_clock_off(redis_client, "probe", skew)
+    assert ops.live_task(message.id).result == 3
