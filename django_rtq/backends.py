@@ -8,7 +8,6 @@ On Django 5.2 the `django-tasks` backport provides the same API (`django_tasks`)
 from __future__ import annotations
 
 import inspect
-import time
 from dataclasses import dataclass
 from datetime import datetime
 from functools import wraps
@@ -26,6 +25,7 @@ from .broker.attempt import AttemptInfo, error_path, format_traceback, will_retr
 from .broker.message import TaskMessage
 from .broker.states import TaskState
 from .conf import LIMIT_OPTIONS, get_settings, validate_queue_name
+from .connection import queue_time
 from .context import current_task
 from .exceptions import BrokerUnavailable, InvalidArguments, InvalidTask, TaskNotFound
 from .formats import django_datetime
@@ -335,7 +335,7 @@ def _runner(task: RTQTask) -> Any:
         return result, ((TaskContext(task_result=result), *args) if task.takes_context else args)
 
     def finished(result: TaskResult, value: Any = None, error: BaseException | None = None) -> None:
-        object.__setattr__(result, "finished_at", django_datetime(time.time()))
+        object.__setattr__(result, "finished_at", django_datetime(queue_time()))
         if error is None:
             object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
             object.__setattr__(result, "_return_value", value)
@@ -349,7 +349,7 @@ def _runner(task: RTQTask) -> Any:
                 retried=context.retried,
                 max_retries=context.max_retries,
                 deadline=context.deadline,
-                now=time.time(),
+                now=queue_time(),
             ):
                 return  # it will run again: not finished
             object.__setattr__(result, "status", TaskResultStatus.FAILED)

@@ -17,6 +17,7 @@ from django.utils.module_loading import import_string
 from redis.exceptions import RedisClusterException, RedisError
 
 from .broker import Broker
+from .broker.clock import ServerClock
 from .broker.limits import FlowLimits, LimitsSource, no_limits
 from .conf import RTQSettings, get_settings
 from .exceptions import BrokerUnavailable
@@ -257,6 +258,16 @@ def note_redis_away(seconds: float) -> bool:
 def redis_recently_away() -> bool:
     """Whether a send found Redis away moments ago (see note_redis_away)."""
     return time.monotonic() < _away_until
+
+
+def queue_time() -> float:
+    """Now on the queue's clock (the Redis server's, broker/clock.py), which the times an enqueue
+    reckons from now (a delay, a deadline as a timedelta) are reckoned on. While a send found
+    Redis away moments ago, by the offset learned last rather than after another wait."""
+    clock = get_broker().clock
+    if isinstance(clock, ServerClock) and redis_recently_away():
+        return clock.last_known()
+    return clock()
 
 
 @receiver(setting_changed)

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from .broker.message import MAX_PRIORITY, MIN_PRIORITY, TaskMessage
 from .conf import get_settings
+from .connection import queue_time
 from .exceptions import InvalidArguments, InvalidTask
 from .queue_names import warn_if_unnamed
 from .task_options import TASK_ID_PATTERN, TASK_ID_RULE, as_instant, as_seconds, check_queue
@@ -41,7 +42,7 @@ def build_message(
     tuples aside with `tuples_become_lists` (`django.tasks`' rule); else InvalidArguments."""
     conf = get_settings()
     opts = task_type.options
-    now = time.time()
+    now = queue_time()
     queue = opts.get("queue") or conf.DEFAULT_QUEUE
     check_queue(queue, task_type.name)
     warn_if_unnamed(queue, task_type.name)

@@ -4,7 +4,6 @@ a worker that can run them, flow control, workers, bulk jobs, a history chart.""
 from __future__ import annotations
 
 import logging
-import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -62,7 +61,7 @@ def dashboard(request: HttpRequest, model_admin: ModelAdmin, ops: Operations) ->
         queues=queues,
         outbox=describe_outbox(model_admin, ops),
         workers=describe_workers(model_admin, ops),
-        bulk_jobs=[describe_job(model_admin, job) for job in recent_jobs(ops.bulk_jobs())],
+        bulk_jobs=[describe_job(model_admin, job) for job in recent_jobs(ops.bulk_jobs(), ops.now())],
         waiting_for_worker=[
             waiting_group(model_admin, name, kinds)
             for name in names
@@ -127,12 +126,12 @@ def state_count(ops: Operations, stats: QueueStats, state: TaskState) -> int:
     return count if isinstance(count, int) else ops.count(stats.queue, state)
 
 
-def recent_jobs(jobs: list[BulkJob]) -> list[BulkJob]:
+def recent_jobs(jobs: list[BulkJob], now: float) -> list[BulkJob]:
     """The running jobs, then those finished within the last hour, each group latest first.
 
     Workers forget finished jobs after an hour; without a worker they stay, but not on the page.
     """
-    since = time.time() - KEEP_FINISHED_SECONDS
+    since = now - KEEP_FINISHED_SECONDS
     running = [job for job in jobs if not job.finished]
     finished = [job for job in jobs if job.finished_at is not None and job.finished_at >= since]
     return running + finished

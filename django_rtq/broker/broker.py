@@ -14,7 +14,6 @@ import hashlib
 import json
 import logging
 import math
-import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
@@ -36,6 +35,7 @@ from .claims import (
     Completion,
     read_claim_notes,
 )
+from .clock import ServerClock
 from .errors import passes_by_itself, translate_errors
 from .keys import Keyspace, QueueKeys
 from .limits import LimitsSource, no_limits
@@ -74,8 +74,9 @@ class Broker:
 
     `client` is a redis-py `Redis` or `RedisCluster` with `decode_responses=True`.
     `clock` returns the current epoch time in seconds; tests inject their own. Without one,
-    leases are reckoned on the Redis server's clock, so hosts whose clocks disagree still agree
-    on when a lease expires.
+    every time decision is taken on the Redis server's clock, so hosts whose clocks disagree
+    still agree: the scripts that reckon leases and forward due tasks read TIME themselves, and
+    the times Python computes come from a `ServerClock` (clock.py).
     """
 
     def __init__(
@@ -97,8 +98,8 @@ class Broker:
         self.hands_off = not isinstance(client, redis.cluster.RedisCluster)
         self.lease_ms = int(lease_seconds * 1000)
         self.keys = Keyspace(prefix)
-        self._clock = clock or time.time
-        self.server_clock = clock is None  # leases reckoned on the Redis server's clock
+        self._clock: Callable[[], float] = clock or ServerClock(client)
+        self.server_clock = clock is None  # the scripts read the Redis server's TIME themselves
         self.counter_ttl = int(counter_ttl)
         self.scripts = load_scripts()
         self._registered_at: dict[str, float] = {}  # queue -> when this process registered it
@@ -119,7 +120,7 @@ class Broker:
         return int(self._clock() * 1000)
 
     def clock_arg(self) -> int:
-        """The `now` argument of a script that reckons leases: 0 for the server's clock."""
+        """The `now` argument of a script that reads TIME itself: 0 for the server's clock."""
         return 0 if self.server_clock else self.now_ms()
 
     def server_now_ms(self) -> int:
@@ -656,7 +657,7 @@ class Broker:
                 count = self.run_script(
                     "forward",
                     [source, qk.state, qk.priority, qk.pending, qk.seq],
-                    [self.now_ms(), limit, qk.wake_channel],
+                    [self.clock_arg(), limit, qk.wake_channel],
                 )
                 moved += count
                 if count < limit:

@@ -3,6 +3,7 @@
 import asyncio
 import json
 import os
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -49,6 +50,35 @@ def flaky(name, failures):
         raise RuntimeError(f"attempt {attempt} fails")
     report(name, "ok")
     return attempt
+
+
+@task(max_retries=1, retry_backoff=2, retention=60)
+def fails_once(name):
+    """Fail the first attempt (retried 2 s later); then report this host's clock."""
+    if client().incr(report_key(f"{name}:attempts")) == 1:
+        raise RuntimeError("the first attempt fails")
+    report(name, time.time())
+
+
+@task(max_retries=0, retention=60)
+def waits(name, seconds):
+    """Wait `seconds` on an event, then return. Not with time.sleep, which fails under
+    libfaketime with a true monotonic clock (tests/support/faketime.py)."""
+    threading.Event().wait(seconds)
+    return "waited"
+
+
+@task
+def report_host_clock(name):
+    """Report this worker host's wall clock: a test checks the clock it set wrong is wrong."""
+    report(name, time.time())
+
+
+@task(rate_limit="10/s")
+def rate_10_on_server_clock(name):
+    """Report when it started by the Redis server's clock, whatever this host's clock says."""
+    seconds, microseconds = client().time()
+    report(name, seconds + microseconds / 1e6)
 
 
 @task(max_retries=2)

@@ -5,13 +5,13 @@
 -- KEYS[3] -> rtq:{<queue>}:priority
 -- KEYS[4] -> rtq:{<queue>}:pending
 -- KEYS[5] -> rtq:{<queue>}:seq
--- ARGV[1] -> now (ms)
+-- ARGV[1] -> now (ms; 0 = the server's clock)
 -- ARGV[2] -> limit
 -- ARGV[3] -> wake channel
 --
 -- Returns: the number of tasks moved; the caller calls again until it gets 0.
 local source, state, priority, pending, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local now, limit, channel = ARGV[1], ARGV[2], ARGV[3]
+local now, limit, channel = clock_now(ARGV[1]), ARGV[2], ARGV[3]
 
 local due = redis.call('ZRANGE', source, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
 if #due == 0 then return 0 end

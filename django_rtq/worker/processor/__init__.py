@@ -6,7 +6,6 @@ import logging
 import os
 import socket
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -54,11 +53,11 @@ class Processor:
         self.queues = dict(queues)
         self.concurrency = concurrency
         self.strict = strict
-        self.started_at = time.time()
+        self.started_at = broker.clock()  # the queue's clock, as the times of its tasks
         #: How long (seconds) a lease is relied on after the request that set it was sent.
         self.lease_budget = lease_budget(broker.lease_ms)
 
-        self.jobs = JobTable()
+        self.jobs = JobTable(clock=lambda: broker.clock())
         self.fetcher = Fetcher(
             jobs=self.jobs,
             broker=broker,

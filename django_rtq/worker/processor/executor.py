@@ -23,13 +23,14 @@ logger = logging.getLogger(__name__)
 _RESULT_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 
 
-def set_expiry(job: Job) -> None:
-    """Note when the watchdog must stop the job: at its timeout, or its deadline if sooner."""
+def set_expiry(job: Job, now: float) -> None:
+    """Note when the watchdog must stop the job: at its timeout, or its deadline if sooner
+    (`now`: the queue's clock, which deadlines are on)."""
     message = job.message
     seconds = message.timeout
     job.stopped_by_deadline = False
     if message.deadline is not None:
-        until_deadline = message.deadline - time.time()
+        until_deadline = message.deadline - now
         if seconds is None or until_deadline < seconds:
             seconds, job.stopped_by_deadline = until_deadline, True
     if seconds is not None:
@@ -111,7 +112,7 @@ class Executor:
             return True
         outcome = Outcome(job=job, claimed=job.claimed)
         try:
-            set_expiry(job)
+            set_expiry(job, self.fetcher.broker.clock())
             set_current_task(self._context(job))
             result = self._call(job, loop)
             outcome.result_json = encode_result(result)
@@ -165,7 +166,7 @@ class Executor:
 
     def _record(self, job: Job, outcome: Outcome) -> bool:
         """Record the outcome in the job table; return whether this thread goes on."""
-        outcome.finished_at = time.time()
+        outcome.finished_at = self.fetcher.broker.clock()
         self.fetcher.note_run(outcome.finished_at - job.started_at)
         state = self.jobs.finish(job, outcome)
         if state is JobState.STOPPED:

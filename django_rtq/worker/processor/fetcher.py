@@ -436,7 +436,7 @@ class Fetcher:
         except ValueError as exc:
             raise Unrunnable(None) from NonRetryableError(f"the task's payload is corrupt: {exc}")
         task_type = task_type_or_leave(message, claimed, self.abilities.signatures_of)
-        if message.deadline is not None and message.deadline <= time.time():
+        if message.deadline is not None and message.deadline <= self.broker.clock():
             raise Unrunnable(message) from DeadlineExceeded("the task's deadline passed before it started")
         return Job(claimed=claimed, message=message, task_type=task_type)
 

@@ -143,7 +143,9 @@ class JobTable:
     Methods whose names end in `_locked` expect the caller to hold `cond`; the others take it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        #: The queue's clock (the broker's): an attempt's start is noted on it, as its end is.
+        self.clock = clock
         self.cond = threading.Condition()
         self.stopping = threading.Event()
         #: Jobs for the threads to run, FETCH to pass the fetching on, None to end a thread.
@@ -221,7 +223,7 @@ class JobTable:
                 return False
             job.state = JobState.RUNNING
             job.thread = threading.current_thread()
-            job.started_at = time.time()
+            job.started_at = self.clock()
             self.running[job.id] = job
             return True
 
