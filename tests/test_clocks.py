@@ -161,7 +161,9 @@ ENQUEUE = textwrap.dedent(
     from tests.testapp import tasks
     later = tasks.record.using(delay=120).enqueue("later")
     soon = tasks.record.using(deadline=timedelta(minutes=5)).enqueue("soon")
-    print(later.id, soon.id)
+    from django_rtq.workflows import group
+    flow = group(tasks.record.s("flow")).using(delay=120).enqueue()
+    print(later.id, soon.id, flow)
     """
 )
 
@@ -183,7 +185,7 @@ def test_a_web_host_off_by_ten_minutes_reckons_a_delay_and_a_deadline_from_redis
     )
     after = server_time(redis_client)
     assert done.returncode == 0, done.stderr
-    later_id, soon_id = done.stdout.split()
+    later_id, soon_id, flow_id = done.stdout.split()
 
     later = ops.live_task(later_id)
     assert later.state == TaskState.SCHEDULED
@@ -191,6 +193,9 @@ def test_a_web_host_off_by_ten_minutes_reckons_a_delay_and_a_deadline_from_redis
     soon = ops.live_task(soon_id).message
     assert before + 300 - CLOSE < soon.deadline < after + 300 + CLOSE
     assert before - CLOSE < soon.enqueued_at < after + CLOSE
+    flow = ops.live_task(flow_id)  # a postponed workflow's delay, from its creation
+    assert flow.workflow["stage"] == "postponed"
+    assert before + 120 - CLOSE < flow.message.process_at < after + 120 + CLOSE
 
 
 def test_periodic_ticks_are_reckoned_on_redis_time_by_workers_whose_clocks_disagree(

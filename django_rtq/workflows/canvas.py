@@ -4,13 +4,13 @@ map/reduce and iterator. Each turns into a node: a JSON-able dict the planner re
 from __future__ import annotations
 
 import copy
-import time
 import uuid
 from collections.abc import Sequence
 from typing import Any, Literal, Self
 
 from ..broker import Broker
 from ..conf import get_settings
+from ..connection import queue_time
 from ..exceptions import InvalidTask, WorkflowTooDeep
 from ..registry import Signature, TaskType
 from ..task_options import as_instant, as_seconds
@@ -44,7 +44,7 @@ class Workflow:
         if delay is not None:
             postponed.start = {"delay": as_seconds(delay, "delay")}
         elif process_at is not None:
-            postponed.start = {"process_at": as_instant(process_at, "process_at", time.time())}
+            postponed.start = {"process_at": as_instant(process_at, "process_at", queue_time())}
         else:
             postponed.start = {}
         return postponed

@@ -4,13 +4,13 @@ workflow's hash fields and the commands that start its first children."""
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ..broker.message import TaskMessage
 from ..broker.workflow import WORKFLOW_TASK
 from ..conf import get_settings
+from ..connection import queue_time
 from ..exceptions import InvalidTask
 from ..message_builder import build_message
 from ..registry import find_task_type
@@ -80,8 +80,9 @@ def _plan_workflow(node: dict[str, Any], node_id: str, parent: ParentRef | None,
     retention = node.get("retention")
     if retention is None:
         retention = get_settings().RETENTION
+    now = queue_time()  # the queue's clock (Redis's), which its delay is reckoned on
     fields: dict[str, Any] = {
-        "created": int(time.time() * 1000),
+        "created": int(now * 1000),
         "retention": int(float(retention) * 1000),
         "queue": queue,
         "on_error": node.get("on_error", "fail"),
@@ -104,7 +105,7 @@ def _plan_workflow(node: dict[str, Any], node_id: str, parent: ParentRef | None,
         queue=queue,
         kwargs={"size": fields.get("n")} if "n" in fields else {},
         retention=float(retention),
-        enqueued_at=time.time(),
+        enqueued_at=now,
         parent=parent.id if parent else None,
         parent_queue=parent.queue if parent else None,
         position=parent.position if parent else None,
