@@ -58,6 +58,8 @@ def run_message(message: TaskMessage) -> Any:
         max_retries=stored.max_retries,
         worker_id=TEST_WORKER_ID,
         enqueued_at=stored.enqueued_at,
+        priority=stored.priority,
+        process_at=stored.process_at,
         started_at=time.time(),
         deadline=stored.deadline,
     )

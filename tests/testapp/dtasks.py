@@ -5,7 +5,23 @@ try:
 except ImportError:
     from django_tasks import task
 
+import inspect
 import time
+from dataclasses import replace
+
+#: Django 6.1 (and the backport) pass `@task`'s other options to the backend's task class; 6.0
+#: takes Django's own only, and django-rtq's are added to the task it made (docs/django.md).
+TASK_TAKES_OPTIONS = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(task).parameters.values())
+DJANGO_OPTIONS = ("priority", "queue_name", "backend", "takes_context")
+
+
+def rtq_task(**options):
+    """`@task(**options)`, in the form this Django version takes."""
+    if TASK_TAKES_OPTIONS:
+        return task(**options)
+    djangos = {name: options.pop(name) for name in DJANGO_OPTIONS if name in options}
+    return lambda func: replace(task(**djangos)(func), **options)
+
 
 from django_rtq import NonRetryableError
 from tests.testapp.tasks import ODD_ERRORS, client, report, report_key, run_recorded
@@ -33,7 +49,7 @@ def fails_oddly(name, kind):
     raise ODD_ERRORS[kind]("odd")
 
 
-@task(max_retries=2)
+@rtq_task(max_retries=2)
 def fails_twice(name):
     attempt = client().incr(report_key(f"{name}:attempts"))
     if attempt <= 2:
@@ -41,13 +57,13 @@ def fails_twice(name):
     return attempt
 
 
-@task(max_retries=2)
+@rtq_task(max_retries=2)
 def refuses_a_retry(name):
     """Fail for good, retries left or not."""
     raise NonRetryableError(f"{name}: no use trying again")
 
 
-@task(max_retries=2)
+@rtq_task(max_retries=2)
 def waits_with_retries_left(name, seconds=20.0):
     """Report that it started, then wait (in Python, so that a stop raised in it lands) until
     `<name>:go` is pushed or `seconds` pass."""
@@ -58,7 +74,7 @@ def waits_with_retries_left(name, seconds=20.0):
     return "done"
 
 
-@task(takes_context=True, retention=60)
+@rtq_task(takes_context=True, retention=60)
 def knows_its_context(context, label):
     return {"label": label, "attempt": context.attempt, "id": context.task_result.id}
 
@@ -75,7 +91,7 @@ def waits(name):
     return "done"
 
 
-@task(rate_limit="10/s", max_concurrency=2)
+@rtq_task(rate_limit="10/s", max_concurrency=2)
 def flow_django_limited(name, seconds=0.15):
     """Flow control through Django's own `@task` (tests/test_flow_control_workers.py)."""
     run_recorded(name, seconds)
