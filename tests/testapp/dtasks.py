@@ -9,6 +9,9 @@ import inspect
 import time
 from dataclasses import replace
 
+from django_rtq import NonRetryableError
+from tests.testapp.tasks import ODD_ERRORS, client, report, report_key, run_recorded
+
 #: Django 6.1 (and the backport) pass `@task`'s other options to the backend's task class; 6.0
 #: takes Django's own only, and django-rtq's are added to the task it made (docs/django.md).
 TASK_TAKES_OPTIONS = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(task).parameters.values())
@@ -21,10 +24,6 @@ def rtq_task(**options):
         return task(**options)
     djangos = {name: options.pop(name) for name in DJANGO_OPTIONS if name in options}
     return lambda func: replace(task(**djangos)(func), **options)
-
-
-from django_rtq import NonRetryableError
-from tests.testapp.tasks import ODD_ERRORS, client, report, report_key, run_recorded
 
 
 @task
