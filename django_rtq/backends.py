@@ -257,10 +257,11 @@ class RTQBackend(BaseTaskBackend):
         )
 
     def _result(self, view: TaskView) -> TaskResult:
-        """A task's view as Django reads a result; a running attempt's start is its lease's."""
+        """A task's view as Django reads a result: a running attempt is the latest one, begun
+        when its run began (`TaskView.running_since`), the first one unless an earlier one ran."""
         status = STATUS_OF_STATE[view.state]
-        last_attempted_at = view.last_attempted_at or view.running_since
-        started_at = view.started_at or (last_attempted_at if view.state == TaskState.ACTIVE else None)
+        last_attempted_at = view.running_since or view.last_attempted_at
+        started_at = view.started_at or view.running_since
         task = _as_enqueued(
             _module_task(view.id, view.task or ""),
             queue=view.queue,
