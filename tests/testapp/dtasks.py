@@ -5,6 +5,7 @@ try:
 except ImportError:
     from django_tasks import task
 
+import asyncio
 import inspect
 import time
 from dataclasses import replace
@@ -94,3 +95,53 @@ def waits(name):
 def flow_django_limited(name, seconds=0.15):
     """Flow control through Django's own `@task` (tests/test_flow_control_workers.py)."""
     run_recorded(name, seconds)
+
+
+@rtq_task(takes_context=True, retention=60)
+def reports_its_task(context):
+    """Return the task and result its context gives it: the variant it was enqueued as."""
+    result = context.task_result
+    task = result.task
+    return {
+        "queue": task.queue_name,
+        "priority": task.priority,
+        "run_after": task.run_after.timestamp() if task.run_after else None,
+        "backend": task.backend,
+        "result_backend": result.backend,
+        "id": result.id,
+        "attempt": context.attempt,
+    }
+
+
+@rtq_task(retention=60)
+def returns_what_json_cannot_keep():
+    return {1, 2}
+
+
+@rtq_task(max_retries=2, retention=60)
+def fails_then_waits(name):
+    """Fail the first attempt; in the next, report that it started and wait for `<name>:go`."""
+    attempt = client().incr(report_key(f"{name}:attempts"))
+    if attempt == 1:
+        raise RuntimeError("first attempt")
+    report(name, "started")
+    client().blpop(report_key(f"{name}:go"), timeout=20)
+    return attempt
+
+
+@rtq_task(max_retries=2)
+async def async_waits_with_retries_left(name, seconds=20.0):
+    """`waits_with_retries_left`, as an `async def`: cancelled at an await."""
+    report(name, "started")
+    until = time.time() + seconds
+    while time.time() < until and not client().lpop(report_key(f"{name}:go")):
+        await asyncio.sleep(0.01)
+    return "done"
+
+
+def settles_on_6_0(order_id):
+    return order_id
+
+
+# Django 6.0's form for django-rtq's options (docs/django.md), on every version.
+settles_on_6_0 = replace(task(queue_name="low", priority=3)(settles_on_6_0), max_retries=4, timeout=9.5)
