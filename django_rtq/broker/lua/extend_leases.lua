@@ -22,25 +22,27 @@ local active, owner, unstarted, runs, began = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local lease, worker = tonumber(ARGV[2]), ARGV[3]
 local expiry = clock_now(ARGV[1]) + lease
 
--- Note when this run of a started task began, unless it is noted already.
-local function note_began(id)
+-- Note when this run of a started task began (its lease's start, `score` less the lease),
+-- unless it is noted already.
+local function note_began(id, score)
   local run = redis.call('HGET', runs, id)
-  if not run then return end
+  if not run or not score then return end
   local noted = redis.call('HGET', began, id)
   if noted and string.sub(noted, 1, #run + 1) == run .. ':' then return end
-  local score = tonumber(redis.call('ZSCORE', active, id))
-  if score then redis.call('HSET', began, id, run .. ':' .. string.format('%d', score - lease)) end
+  redis.call('HSET', began, id, run .. ':' .. string.format('%d', score - lease))
 end
 
 local extended = 0
 for i = 4, #ARGV, 2 do
   local id = ARGV[i]
   if redis.call('HGET', owner, id) == worker then
+    -- The lease first: on a full Redis it is the write refused, before any other is made.
+    local score = tonumber(redis.call('ZSCORE', active, id))
+    redis.call('ZADD', active, 'XX', expiry, id)
     if ARGV[i + 1] == '1' then
       redis.call('SREM', unstarted, id)
-      note_began(id)
+      note_began(id, score)
     end
-    redis.call('ZADD', active, 'XX', expiry, id)
     extended = extended + 1
   end
 end
