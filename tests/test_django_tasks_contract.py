@@ -5,7 +5,7 @@ tasks run under real workers (in this process, or a real `rtq_worker` process)."
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -17,6 +17,7 @@ from django_rtq.broker import TaskState, manual
 from django_rtq.exceptions import NonRetryableError, TaskCancelled
 from django_rtq.registry import get_task_type
 from tests.support.django_tasks import djangos_signals, of, wait_status
+from tests.support.factories import WORKER, claim_ids, done
 from tests.support.polling import wait_for
 from tests.testapp import dtasks
 from tests.testapp.tasks import client, report_key
@@ -258,6 +259,35 @@ def test_started_at_and_last_attempted_at_stay_put_while_a_task_runs(mirroring, 
         wait_status(result, SUCCESSFUL)
     # Recorded as the attempt ends: its start, a moment after the claim the running one shows.
     assert first[0] <= result.started_at <= first[0] + timedelta(seconds=1)
+
+
+def test_a_runs_start_is_noted_once_and_read_for_that_run_only(broker, inspector, settings):
+    """The start of a run is stored (`rtq:{q}:began`, written once per run by the lease
+    renewal): before it is noted, and for a task an older release's worker runs (which notes
+    none), it is read from the lease, the same time; an entry of another run is not read."""
+    result = dtasks.waits.enqueue("noted")
+    assert claim_ids(broker, "default") == [result.id]
+    claimed_at = inspector.get_task(result.id).score_at - settings.RTQ["LEASE_SECONDS"]
+    found = dtasks.waits.get_result(result.id)
+    assert found.status == RUNNING
+    assert found.started_at == found.last_attempted_at == _at(claimed_at)
+    began = broker.queue("default").began
+    for _ in range(2):  # renewals: the first notes the run's start, the next leaves it
+        lease = inspector.get_task(result.id).score_at
+        wait_for(lambda lease=lease: broker.now_ms() / 1000 > lease - settings.RTQ["LEASE_SECONDS"])
+        assert broker.extend_leases("default", [(result.id, True)], worker_id=WORKER) == 1
+        assert inspector.get_task(result.id).score_at > lease
+        assert broker.client.hget(began, result.id) == f"1:{round(claimed_at * 1000)}"
+        assert dtasks.waits.get_result(result.id).started_at == _at(claimed_at)
+    broker.client.hset(began, result.id, "7:1000")  # left by another run: not this one's start
+    lease_start = inspector.get_task(result.id).score_at - settings.RTQ["LEASE_SECONDS"]
+    assert dtasks.waits.get_result(result.id).last_attempted_at == _at(lease_start) != _at(claimed_at)
+    assert broker.complete("default", [done(result.id)], worker_id=WORKER) == 1
+    assert not broker.client.hexists(began, result.id)
+
+
+def _at(epoch_seconds: float) -> datetime:
+    return datetime.fromtimestamp(epoch_seconds, UTC)
 
 
 # 7. The options of a task on Django 6.0
