@@ -16,6 +16,7 @@ from django_rtq.backends import DjangoInvalidTask, TaskResultStatus
 from django_rtq.broker import TaskState, manual
 from django_rtq.exceptions import NonRetryableError, TaskCancelled
 from django_rtq.registry import get_task_type
+from django_rtq.testing import run_eagerly
 from tests.support.django_tasks import djangos_signals, of, wait_status
 from tests.support.factories import WORKER, claim_ids, done
 from tests.support.polling import wait_for
@@ -152,6 +153,26 @@ def test_a_retried_task_goes_through_every_status_and_attribute(run_worker, insp
     assert finished.result.started_at == first_started
     [_, second] = of(sent, result.id, "started")
     assert second.result.attempts == 2 and second.result.started_at == first_started
+
+
+def ran(sent, result_id: str) -> list[tuple[str, str]]:
+    """The signals of a result's run (an eager run's come before its `task_enqueued`)."""
+    return [(s.signal, s.status) for s in of(sent, result_id) if s.signal != "enqueued"]
+
+
+def test_an_eager_run_sends_task_finished_as_a_worker_does(prefix):
+    """docs/testing.md: under `run_eagerly()` Django's task_started and task_finished are sent;
+    task_finished carries the finished result (docs/ref/signals.txt), FAILED for a return value
+    a worker could not keep."""
+    with djangos_signals() as sent, run_eagerly(propagate=False) as runs:
+        ok = dtasks.multiply.enqueue(6, 7)
+        bad = dtasks.returns_what_json_cannot_keep.enqueue()
+    assert runs.results[0] == 42 and isinstance(runs.errors[-1], NonRetryableError)
+    assert ran(sent, ok.id) == [("started", RUNNING), ("finished", SUCCESSFUL)]
+    assert of(sent, ok.id, "finished")[0].result.return_value == 42
+    assert ran(sent, bad.id) == [("started", RUNNING), ("finished", FAILED)]
+    [failed] = of(sent, bad.id, "finished")
+    assert failed.result.errors[-1].exception_class_path == path(NonRetryableError)
 
 
 # 4. and 5. The task as enqueued: stored, read back, run, and in the signals
