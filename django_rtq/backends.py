@@ -8,7 +8,7 @@ On Django 5.2 the `django-tasks` backport provides the same API (`django_tasks`)
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import wraps
 from inspect import iscoroutinefunction
@@ -21,17 +21,19 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from . import sending
-from .broker.attempt import AttemptInfo, error_path, format_traceback, will_retry
+from . import signals as rtq_signals
+from .broker.attempt import AttemptInfo
 from .broker.message import TaskMessage
 from .broker.states import TaskState
 from .conf import LIMIT_OPTIONS, get_settings, validate_queue_name
 from .connection import queue_time
+from .context import TaskContext as RTQContext
 from .context import current_task
 from .exceptions import BrokerUnavailable, InvalidArguments, InvalidTask, TaskNotFound
 from .formats import django_datetime
 from .message_builder import build_message
 from .operations import Operations
-from .registry import TaskType, register_task
+from .registry import TaskType, get_task_type, register_task
 from .task_view import TaskView, task_view
 
 try:  # Django 6.0+
@@ -70,6 +72,17 @@ BACKEND_SWITCHES = ("OUTBOX",)
 DEFAULT_MAX_RETRIES = 0
 #: Tasks whose task type a backend keeps once validated (more are rare: then it starts over).
 KNOWN_TASKS = 256
+#: RTQTask's own options: a task that differs from another in none of them (nor in its function)
+#: is the same definition, whatever its queue, priority, run_after or backend (`using()`).
+RTQ_FIELDS = (
+    "max_retries", "timeout", "retention", "retry_backoff", "unique", "unique_key", "rate_limit", "burst",
+    "max_concurrency", "takes_context",
+)  # fmt: skip
+
+
+class InvalidTaskArguments(DjangoInvalidTask, InvalidArguments):
+    """Arguments a task cannot be enqueued with: Django's InvalidTask, and the TypeError that
+    Django's documentation shows for an argument that is not JSON."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -146,8 +159,7 @@ class RTQBackend(BaseTaskBackend):
     def validate_task(self, task: Task) -> None:
         super().validate_task(task)
         if isinstance(task, RTQTask):
-            # Registered as soon as its module is imported, so that a worker knows it.
-            register_task(task.rtq_task_type)
+            _register(task)
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
         known: dict[Task, TaskType] | None = self._known_task_types
@@ -167,8 +179,8 @@ class RTQBackend(BaseTaskBackend):
         try:
             # Django's own backends hand the handler tuples as lists, and so does this one.
             message = build_message(task_type, args, kwargs, tuples_become_lists=True)
-        except InvalidArguments:
-            raise  # a TypeError, as calling the function with them would raise
+        except InvalidArguments as exc:  # not JSON, or not the function's: a TypeError too
+            raise InvalidTaskArguments(str(exc)) from exc
         except InvalidTask as exc:
             raise DjangoInvalidTask(str(exc)) from exc
         result = TaskResult(
@@ -223,7 +235,12 @@ class RTQBackend(BaseTaskBackend):
             message = TaskMessage.from_json(row.message, id=row.task_id, queue=row.queue)
         except ValueError:
             raise TaskResultDoesNotExist(f"Task {result_id!r} has a message that cannot be read.") from None
-        task = self._django_task(result_id, message.task)
+        task = _as_enqueued(
+            _module_task(result_id, message.task),
+            queue=message.queue,
+            priority=message.priority,
+            process_at=message.process_at,
+        )
         return TaskResult(
             task=task,
             id=result_id,
@@ -234,18 +251,25 @@ class RTQBackend(BaseTaskBackend):
             last_attempted_at=None,
             args=message.args,
             kwargs=message.kwargs,
-            backend=self.alias,
+            backend=task.backend,
             errors=[],
             worker_ids=[],
         )
 
     def _result(self, view: TaskView) -> TaskResult:
-        """A task's view as Django reads a result; a running attempt's start is its lease's."""
+        """A task's view as Django reads a result: a running attempt is the latest one, begun
+        when its run began (`TaskView.running_since`), the first one unless an earlier one ran."""
         status = STATUS_OF_STATE[view.state]
-        last_attempted_at = view.last_attempted_at or view.running_since
-        started_at = view.started_at or (last_attempted_at if view.state == TaskState.ACTIVE else None)
+        last_attempted_at = view.running_since or view.last_attempted_at
+        started_at = view.started_at or view.running_since
+        task = _as_enqueued(
+            _module_task(view.id, view.task or ""),
+            queue=view.queue,
+            priority=view.priority,
+            process_at=view.process_at.timestamp() if view.process_at else None,
+        )
         result = TaskResult(
-            task=self._django_task(view.id, view.task or ""),
+            task=task,
             id=view.id,
             status=status,
             enqueued_at=_django_time(view.enqueued_at),
@@ -254,7 +278,7 @@ class RTQBackend(BaseTaskBackend):
             last_attempted_at=_django_time(last_attempted_at),
             args=view.args,
             kwargs=view.kwargs,
-            backend=self.alias,
+            backend=task.backend,
             errors=_task_errors(view.error_records),
             worker_ids=view.workers,
         )
@@ -262,14 +286,47 @@ class RTQBackend(BaseTaskBackend):
             object.__setattr__(result, "_return_value", view.result)
         return result
 
-    def _django_task(self, result_id: str, task_name: str) -> Task:
-        try:
-            task = import_string(task_name)
-        except ImportError:
-            task = None
-        if not isinstance(task, Task):
-            raise TaskResultDoesNotExist(f"Task {result_id!r} ({task_name}) is not a django.tasks task.")
+
+def _module_task(result_id: str, task_name: str) -> Task:
+    """The task a stored task name names, as its module defines it."""
+    try:
+        task = import_string(task_name)
+    except ImportError:
+        task = None
+    if not isinstance(task, Task):
+        raise TaskResultDoesNotExist(f"Task {result_id!r} ({task_name}) is not a django.tasks task.")
+    return task
+
+
+def _as_enqueued(task: Task, *, queue: str, priority: int, process_at: float | None) -> Task:
+    """The task as it was enqueued (a `using()` variant of `task`), from what its message keeps:
+    its queue, priority and run_after."""
+    run_after = django_datetime(process_at) if process_at is not None else None
+    if (task.queue_name, task.priority, task.run_after) == (queue, priority, run_after):
         return task
+    return replace(task, queue_name=queue, priority=priority, run_after=run_after)
+
+
+#: The task each name was registered for, by `_register`.
+_registered: dict[str, RTQTask] = {}
+
+
+def _register(task: RTQTask) -> None:
+    """Register a task's type as soon as its module is imported, so that a worker knows it. A
+    `using()` variant of the registered task (the same function and options, another queue,
+    priority, run_after or backend) registers nothing: the process-wide type keeps the task's
+    own defaults, and a running task learns its variant from its message (`_as_enqueued`)."""
+    name = task.module_path
+    known = _registered.get(name)
+    if (
+        known is not None
+        and known.func is task.func
+        and all(getattr(known, option) == getattr(task, option) for option in RTQ_FIELDS)
+        and get_task_type(name) is not None
+    ):
+        return
+    register_task(task.rtq_task_type)
+    _registered[name] = task
 
 
 def _nothing_to_announce(messages: Any) -> None:
@@ -305,83 +362,110 @@ def _django_time(moment: datetime | None) -> datetime | None:
     return timezone.make_naive(moment)
 
 
+def _running_result(task: Task, context: RTQContext | None, args: list, kwargs: dict) -> TaskResult:
+    """The TaskResult of the attempt `context` describes, running: the task as it was enqueued,
+    its earlier attempts' errors and workers, this one's worker and start."""
+    if context is None:  # called outside a worker (django_rtq.testing runs set a context)
+        return TaskResult(
+            task=task, id="", status=TaskResultStatus.RUNNING, enqueued_at=None, started_at=None,
+            finished_at=None, last_attempted_at=None, args=args, kwargs=kwargs,
+            backend=task.backend, errors=[], worker_ids=[],
+        )  # fmt: skip
+    attempt = AttemptInfo.from_mapping(context.info)
+    started = django_datetime(context.started_at)
+    task = _as_enqueued(task, queue=context.queue, priority=context.priority, process_at=context.process_at)
+    return TaskResult(
+        task=task,
+        id=context.id,
+        status=TaskResultStatus.RUNNING,
+        enqueued_at=django_datetime(context.enqueued_at),
+        started_at=django_datetime(attempt.started_at) or started,  # of an earlier attempt, if one ran
+        finished_at=None,
+        last_attempted_at=started,
+        args=args,  # normalised to a list, as kwargs to a new dict, by TaskResult
+        kwargs=kwargs,
+        backend=task.backend,
+        errors=_task_errors(attempt.error_records),
+        worker_ids=[*attempt.workers, context.worker_id],
+    )
+
+
 def _runner(task: RTQTask) -> Any:
     """The function a worker calls: the task's own, given its context if it takes one, with
-    Django's task_started and task_finished signals around it."""
+    Django's task_started sent before it. Django's task_finished is sent once the worker has
+    settled the attempt (`_send_succeeded`, `_send_failed`)."""
     func = task.func
 
-    def running_result(args: tuple, kwargs: dict) -> TaskResult:
-        context = current_task()
-        attempt = AttemptInfo.from_mapping(context.info if context else None)
-        started = django_datetime(context.started_at) if context else None
-        return TaskResult(
-            task=task,
-            id=context.id if context else "",
-            status=TaskResultStatus.RUNNING,
-            enqueued_at=django_datetime(context.enqueued_at) if context else None,
-            started_at=django_datetime(attempt.started_at) or started,  # of an earlier attempt, if one ran
-            finished_at=None,
-            last_attempted_at=started,
-            args=args,  # normalised to a list, as kwargs to a new dict, by TaskResult
-            kwargs=kwargs,
-            backend=task.backend,
-            errors=_task_errors(attempt.error_records),
-            worker_ids=[*attempt.workers, context.worker_id if context else ""],
-        )
-
-    def started(args: tuple, kwargs: dict) -> tuple[TaskResult, tuple]:
-        result = running_result(args, kwargs)
+    def started(args: tuple, kwargs: dict) -> tuple:
+        result = _running_result(task, current_task(), list(args), kwargs)
         task_started.send(RTQBackend, task_result=result)
-        return result, ((TaskContext(task_result=result), *args) if task.takes_context else args)
-
-    def finished(result: TaskResult, value: Any = None, error: BaseException | None = None) -> None:
-        object.__setattr__(result, "finished_at", django_datetime(queue_time()))
-        if error is None:
-            object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
-            object.__setattr__(result, "_return_value", value)
-        else:
-            result.errors.append(
-                TaskError(exception_class_path=error_path(error), traceback=format_traceback(error))
-            )
-            context = current_task()
-            if context is not None and will_retry(
-                error,
-                retried=context.retried,
-                max_retries=context.max_retries,
-                deadline=context.deadline,
-                now=queue_time(),
-            ):
-                return  # it will run again: not finished
-            object.__setattr__(result, "status", TaskResultStatus.FAILED)
-        task_finished.send(RTQBackend, task_result=result)
+        return (TaskContext(task_result=result), *args) if task.takes_context else args
 
     if iscoroutinefunction(func):
 
         @wraps(func)
         async def run_async(*args: Any, **kwargs: Any) -> Any:
-            result, call_args = started(args, kwargs)
-            try:
-                value = await func(*call_args, **kwargs)
-            except BaseException as exc:
-                finished(result, error=exc)
-                raise
-            finished(result, value)
-            return value
+            return await func(*started(args, kwargs), **kwargs)
 
+        run_async.django_task = task  # type: ignore[attr-defined]
         return _called_without_context(run_async, task)
 
     @wraps(func)
     def run(*args: Any, **kwargs: Any) -> Any:
-        result, call_args = started(args, kwargs)
-        try:
-            value = func(*call_args, **kwargs)
-        except BaseException as exc:
-            finished(result, error=exc)
-            raise
-        finished(result, value)
-        return value
+        return func(*started(args, kwargs), **kwargs)
 
+    run.django_task = task  # type: ignore[attr-defined]
     return _called_without_context(run, task)
+
+
+def _django_task(task_type: TaskType | None) -> RTQTask | None:
+    """The `django.tasks` task a django-rtq task type runs, if it runs one."""
+    return getattr(task_type.func, "django_task", None) if task_type is not None else None
+
+
+def _send_succeeded(sender: TaskType | None, message: TaskMessage, result: Any, **kwargs: Any) -> None:
+    """Django's task_finished for an attempt that returned a value the worker could keep (a value
+    that is not JSON fails the task instead: `_send_failed`). Sent on the executor's thread,
+    inside the attempt's context."""
+    task, context = _django_task(sender), current_task()
+    if task is None or context is None or context.id != message.id:
+        return
+    finished = _running_result(task, context, message.args, message.kwargs)
+    object.__setattr__(finished, "status", TaskResultStatus.SUCCESSFUL)
+    object.__setattr__(finished, "finished_at", django_datetime(queue_time()))
+    object.__setattr__(finished, "_return_value", result)
+    task_finished.send(RTQBackend, task_result=finished)
+
+
+def _send_failed(
+    sender: TaskType | None, message: TaskMessage | None, info: dict[str, Any], **kwargs: Any
+) -> None:
+    """Django's task_finished for a task the worker archived: it will not run again, whatever
+    retries it had left (the worker's own decision, sent as django-rtq's task_failed)."""
+    task = _django_task(sender)
+    if task is None or message is None:
+        return
+    attempt = AttemptInfo.from_mapping(info)
+    task = _as_enqueued(task, queue=message.queue, priority=message.priority, process_at=message.process_at)
+    finished = TaskResult(
+        task=task,
+        id=message.id,
+        status=TaskResultStatus.FAILED,
+        enqueued_at=django_datetime(message.enqueued_at),
+        started_at=django_datetime(attempt.started_at),
+        finished_at=django_datetime(attempt.failed_at),
+        last_attempted_at=django_datetime(attempt.attempted_at),
+        args=message.args,
+        kwargs=message.kwargs,
+        backend=task.backend,
+        errors=_task_errors(attempt.error_records),
+        worker_ids=list(attempt.workers),
+    )
+    task_finished.send(RTQBackend, task_result=finished)
+
+
+rtq_signals.task_succeeded.connect(_send_succeeded, dispatch_uid="django_rtq.backends.task_finished")
+rtq_signals.task_failed.connect(_send_failed, dispatch_uid="django_rtq.backends.task_finished")
 
 
 def _called_without_context(runner: Any, task: Task) -> Any:

@@ -17,6 +17,8 @@ class TaskContext:
     max_retries: int
     worker_id: str = ""
     enqueued_at: float = 0.0  # epoch seconds
+    priority: int = 0  # as enqueued
+    process_at: float | None = None  # when it was enqueued to run, if later than at once
     started_at: float = 0.0  # of this attempt, epoch seconds
     deadline: float | None = None  # epoch seconds by which it must have finished, if any
     info: dict = field(default_factory=dict)  # attempt facts before this attempt (workers, errors)

@@ -25,8 +25,8 @@ class WorkflowTooDeep(InvalidTask):
 
 
 class InvalidArguments(InvalidTask, TypeError):
-    """A call's arguments do not fit its task's signature, or would not reach the handler as
-    given (JSON has no tuples, and its object keys are strings)."""
+    """A call's arguments do not fit its task's signature, are not JSON, or would not reach the
+    handler as given (JSON has no tuples, and its object keys are strings)."""
 
 
 class TaskNotFound(RTQError, LookupError):

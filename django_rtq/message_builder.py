@@ -231,8 +231,10 @@ def _arguments_json(
         try:
             json.dumps(value, allow_nan=False)
         except (TypeError, ValueError) as exc:
-            raise InvalidTask(f"The {what} of task {task_name!r} must be JSON-serializable: {exc}.") from None
-    raise InvalidTask(f"The arguments of task {task_name!r} must be JSON-serializable.")
+            raise InvalidArguments(
+                f"The {what} of task {task_name!r} must be JSON-serializable: {exc}."
+            ) from None
+    raise InvalidArguments(f"The arguments of task {task_name!r} must be JSON-serializable.")
 
 
 #: Types whose values come back from JSON as they were; one of their subclasses (an IntEnum)

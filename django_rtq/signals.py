@@ -14,7 +14,9 @@ task_enqueued = Signal()
 task_started = Signal()
 #: An attempt returned; also receives `result`, the return value.
 task_succeeded = Signal()
-#: An attempt failed and will be retried; also receives `error` and `retry_at` (epoch seconds).
+#: An attempt failed and will be retried; also receives `error`, `retry_at` (epoch seconds) and
+#: `info`, the task's attempt facts as stored with this failure (broker/attempt.py).
 task_retried = Signal()
-#: A task failed for good and was archived; also receives `error`.
+#: A task failed for good and was archived; also receives `error` and `info`, as above. It is
+#: the worker's one decision that the task will not run again (`will_retry` in settle_failure).
 task_failed = Signal()

@@ -55,6 +55,7 @@ class TaskView:
     raw_message: str | None = None
     attempt: AttemptInfo = field(default_factory=AttemptInfo)
     owner: str | None = None  # the worker holding an active task
+    began_at: float | None = None  # when an active task's run began, once a heartbeat noted it
     score_at: float | None = None  # state_at in epoch seconds
     held: bool = False
     waits_for_worker: bool = False  # left by a worker that could not run it, for one that can
@@ -68,9 +69,14 @@ class TaskView:
 
     @property
     def running_since(self) -> datetime | None:
-        """For an active task, about when its attempt started: its lease's start (not recorded
-        until the attempt ends)."""
-        if self.state != TaskState.ACTIVE or self.score_at is None:
+        """For an active task, when its run began: as the worker's first heartbeat of the run
+        noted it, until then its lease's start (the same time: see extend_leases.lua). It does
+        not move as the lease is renewed."""
+        if self.state != TaskState.ACTIVE:
+            return None
+        if self.began_at is not None:
+            return utc_datetime(self.began_at)
+        if self.score_at is None:
             return None
         return utc_datetime(self.score_at - get_settings().LEASE_SECONDS)
 
@@ -116,6 +122,7 @@ def view_of_live_task(task: TaskInfo, held_back: str | None = None) -> TaskView:
         raw_message=task.raw_message,
         attempt=attempt,
         owner=task.owner,
+        began_at=task.began_at,
         score_at=task.score_at,
         held=task.held,
         waits_for_worker=task.waits_for_worker,

@@ -144,7 +144,8 @@ def test_a_django_task_with_an_option_that_cannot_be_hashed_is_enqueued(broker: 
     except ImportError:  # Django 5.2 with the django-tasks backport
         from django_tasks import task
 
-    django_task = task(retry_backoff=FixedBackoff(1))(backed_off)
+    # Django 6.0's form for django-rtq's options (6.1's @task(retry_backoff=...) is the same task).
+    django_task = dataclasses.replace(task(backed_off), retry_backoff=FixedBackoff(1))
     results = [django_task.enqueue(1), django_task.enqueue(2)]
 
     assert [state_of(broker, "default", result.id) for result in results] == ["pending", "pending"]

@@ -227,7 +227,7 @@ def test_every_call_passes_each_key_its_header_names_at_that_position(recorded: 
 def test_a_key_matches_the_name_of_its_own_header_line_only():
     qk = Keyspace("rtq-test").queue("emails")
     extend = SCRIPTS["extend_leases"]
-    passed = [qk.active, qk.owner, qk.unstarted]
+    passed = [qk.active, qk.owner, qk.unstarted, qk.runs, qk.began]
     assert all(key_pattern(name).fullmatch(key) for name, key in zip(extend.keys, passed, strict=True))
     assert not key_pattern(extend.keys[0]).fullmatch(qk.owner)  # KEYS[1] is active
     assert (

@@ -477,7 +477,7 @@ class Broker:
         qk = self.queue(queue)
         keys = [
             qk.active, qk.owner, qk.unstarted, qk.slots, qk.running, qk.runs, qk.state, qk.priority,
-            qk.seq, qk.pending, qk.parked, qk.parked_kinds,
+            qk.seq, qk.pending, qk.parked, qk.parked_kinds, qk.began,
         ]  # fmt: skip
         args: list[str | int] = [self.clock_arg(), worker_id, qk.wake_channel]
         for entry in entries:
@@ -554,6 +554,7 @@ class Broker:
             qk.retry,
             qk.slots,
             qk.running,
+            qk.began,
         ]
         args: list[Any] = [now_ms, worker_id, self.counter_ttl, int(self.mirror), qk.wake_channel]
         for done in completions:
@@ -606,6 +607,7 @@ class Broker:
             qk.pending,
             qk.slots,
             qk.running,
+            qk.began,
         ]
         if unique_key:
             keys.append(qk.unique(unique_key))
@@ -631,6 +633,7 @@ class Broker:
                 qk.unstarted,
                 qk.slots,
                 qk.running,
+                qk.began,
             ],
             [worker_id, qk.wake_channel, *task_ids],
         )
@@ -644,7 +647,7 @@ class Broker:
         args: list[Any] = [self.clock_arg(), self.lease_ms, worker_id]
         for task_id, started in tasks:
             args += [task_id, int(started)]
-        return self.run_script("extend_leases", [qk.active, qk.owner, qk.unstarted], args)
+        return self.run_script("extend_leases", [qk.active, qk.owner, qk.unstarted, qk.runs, qk.began], args)
 
     # Housekeeping (forwarder, recoverer, janitor)
 
@@ -694,6 +697,7 @@ class Broker:
             qk.command,
             qk.slots,
             qk.running,
+            qk.began,
         ]
         args: list[Any] = [self.clock_arg(), grace_ms, max_recoveries, int(self.mirror), qk.wake_channel]
         for task_id, raw in zip(ids, messages, strict=True):

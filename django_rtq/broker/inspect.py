@@ -86,6 +86,7 @@ class TaskInfo:
     result: Any = None
     score_at: float | None = None  # epoch seconds: next attempt, archived at, lease or retention end
     owner: str | None = None  # worker holding an active task
+    began_at: float | None = None  # epoch seconds: when an active task's run began, once noted
     # {"done", "total"}: what a running task reported, or a workflow's finished children
     progress: dict[str, Any] | None = None
     # a waiting workflow's own facts: kind, stage, counters (see workflows/planner.py)
@@ -353,6 +354,7 @@ class Inspector:
             *(qk.state_set(state) for state in TaskState),
             *qk.columns,
             qk.unstarted,
+            qk.began,
             qk.seq,
             qk.paused,
             qk.idle,
@@ -447,14 +449,18 @@ class Inspector:
             pipe.hmget(qk.result, ids)
             pipe.hmget(qk.owner, ids)
             pipe.hmget(qk.progress, ids)
+            if state == TaskState.ACTIVE:
+                pipe.hmget(qk.runs, ids)
+                pipe.hmget(qk.began, ids)
             if state == TaskState.WAITING:
                 for task_id in ids:
                     pipe.hgetall(qk.workflow(task_id))
-            messages, infos, results, owners, progresses, *workflows = pipe.execute()
+            messages, infos, results, owners, progresses, *more = pipe.execute()
         tasks = []
-        workflows = workflows or [None] * len(ids)
-        for (task_id, score), raw, info, result, owner, progress, workflow in zip(
-            ids_scores, messages, infos, results, owners, progresses, workflows, strict=True
+        runs, began = more if state == TaskState.ACTIVE else ([None] * len(ids), [None] * len(ids))
+        workflows = more if state == TaskState.WAITING else [None] * len(ids)
+        for (task_id, score), raw, info, result, owner, progress, workflow, run, run_began in zip(
+            ids_scores, messages, infos, results, owners, progresses, workflows, runs, began, strict=True
         ):
             pending = score if state == TaskState.PENDING else None  # its place in pending
             try:
@@ -472,6 +478,7 @@ class Inspector:
                     result=json.loads(result) if result else None,
                     score_at=score / 1000 if score is not None and state != TaskState.PENDING else None,
                     owner=owner,
+                    began_at=_began_at(run, run_began),
                     progress=_workflow_progress(workflow) if workflow else _json(progress),
                     workflow=_workflow_facts(workflow) if workflow else None,
                     held=pending is not None and HELD_BASE <= pending < PARKED_BASE,
@@ -482,6 +489,17 @@ class Inspector:
 
 
 _STATE_NAMES = frozenset(TaskState)
+
+
+def _began_at(run: str | None, began: str | None) -> float | None:
+    """When the current run of an active task began (epoch seconds), from its `began` entry
+    ("<run>:<ms>", see extend_leases.lua); None if not noted yet, or noted for another run."""
+    if not run or not began:
+        return None
+    noted_run, _, ms = began.partition(":")
+    if noted_run != run or not ms.isdigit():
+        return None
+    return int(ms) / 1000
 
 
 def _held_range(task: str) -> tuple[str, str]:

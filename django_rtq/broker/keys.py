@@ -89,6 +89,10 @@ class QueueKeys:
     def unstarted(self) -> str:  # SET ids claimed into a worker's memory whose handler has not started
         return self.prefix + "unstarted"
 
+    @property
+    def began(self) -> str:  # HASH id -> "<run>:<ms>": when that run of an active task began
+        return self.prefix + "began"
+
     # Queue-wide
     @property
     def seq(self) -> str:  # STRING counter giving pending tasks their FIFO order

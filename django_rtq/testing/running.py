@@ -11,6 +11,8 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from .. import signals
+from ..broker.attempt import AttemptInfo, format_traceback
 from ..broker.message import TaskMessage
 from ..context import TaskContext, current_task, set_current_task
 from ..exceptions import NonRetryableError
@@ -45,6 +47,8 @@ def run_message(message: TaskMessage) -> Any:
     The arguments are first read back from the message's JSON, as a worker reads them (a tuple
     arrives as a list). A return value that is not JSON fails as it would in a worker
     (`NonRetryableError`). Errors propagate; retries, timeouts and deadlines are not simulated.
+    The outcome is sent as a worker sends it, as django-rtq's `task_succeeded` or `task_failed`
+    (whose receivers send Django's `task_finished` for a `django.tasks` task).
     """
     task_type = find_task_type(message.task)
     if task_type is None:
@@ -58,23 +62,45 @@ def run_message(message: TaskMessage) -> Any:
         max_retries=stored.max_retries,
         worker_id=TEST_WORKER_ID,
         enqueued_at=stored.enqueued_at,
+        priority=stored.priority,
+        process_at=stored.process_at,
         started_at=time.time(),
         deadline=stored.deadline,
     )
     outer = current_task()
     set_current_task(context)
     try:
-        if task_type.is_async:
-            result = _run_coroutine(task_type.func(*stored.args, **stored.kwargs))
-        else:
-            result = task_type.func(*stored.args, **stored.kwargs)
+        try:
+            if task_type.is_async:
+                result = _run_coroutine(task_type.func(*stored.args, **stored.kwargs))
+            else:
+                result = task_type.func(*stored.args, **stored.kwargs)
+            try:
+                _RESULT_ENCODER.encode(result)
+            except (TypeError, ValueError) as exc:
+                raise NonRetryableError(f"the task's return value is not JSON-serializable: {exc}") from exc
+        except Exception as exc:
+            # The first error is the outcome: the task is failed for good, as a worker archives it.
+            info = AttemptInfo().failed(
+                exc,
+                format_traceback(exc),
+                worker_id=TEST_WORKER_ID,
+                started_at=context.started_at,
+                failed_at=time.time(),
+                retrying=False,
+            )
+            _send(signals.task_failed, task_type, message=stored, error=exc, info=info)
+            raise
+        _send(signals.task_succeeded, task_type, message=stored, result=result)
     finally:
         set_current_task(outer)
-    try:
-        _RESULT_ENCODER.encode(result)
-    except (TypeError, ValueError) as exc:
-        raise NonRetryableError(f"the task's return value is not JSON-serializable: {exc}") from exc
     return result
+
+
+def _send(signal: Any, sender: Any, **kwargs: Any) -> None:
+    """Send the outcome's signal as a worker does: a receiver that raises fails nothing."""
+    if signal.receivers:
+        signal.send_robust(sender, **kwargs)
 
 
 def _run_coroutine(coroutine: Coroutine[Any, Any, Any]) -> Any:

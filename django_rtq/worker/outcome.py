@@ -84,7 +84,7 @@ def settle_failure(broker: Broker, failure: Failure, *, worker_id: str) -> TaskS
     if not moved:
         tell_left_out(broker, claimed.queue, {claimed.id: claimed.run}, settled=0, what="failure")
         return None
-    _send_failure_signal(message, exc, retry_at_ms / 1000 if retryable else None)
+    _send_failure_signal(message, exc, retry_at_ms / 1000 if retryable else None, info)
     name = message.task if message else "?"
     if retryable:
         logger.warning(
@@ -153,10 +153,12 @@ def tell_left_out(broker: Broker, queue: str, runs: dict[str, str], *, settled: 
         )
 
 
-def _send_failure_signal(message: TaskMessage | None, error: BaseException, retry_at: float | None) -> None:
+def _send_failure_signal(
+    message: TaskMessage | None, error: BaseException, retry_at: float | None, info: dict[str, Any]
+) -> None:
     signal = signals.task_retried if retry_at is not None else signals.task_failed
     if not signal.receivers:
         return
     sender = get_task_type(message.task) if message else None
     extra = {"retry_at": retry_at} if retry_at is not None else {}
-    send_robust(signal, sender, message=message, error=error, **extra)
+    send_robust(signal, sender, message=message, error=error, info=info, **extra)

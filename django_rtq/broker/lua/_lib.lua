@@ -103,12 +103,13 @@ local function wake_freed(t, pending, channel)
   if t.freed and redis.call('ZCARD', pending) > 0 then redis.call('PUBLISH', channel, '1') end
 end
 
--- Take an active task out of its worker's hands: no lease, no owner, no mark of a start to come,
--- no concurrency slot. t: active, owner, unstarted, slots, running.
+-- Take an active task out of its worker's hands: no lease, no owner, no mark of a start to come
+-- nor of when its run began, no concurrency slot. t: active, owner, unstarted, began, slots, running.
 local function leave_active(t, id)
   redis.call('ZREM', t.active, id)
   redis.call('HDEL', t.owner, id)
   redis.call('SREM', t.unstarted, id)
+  redis.call('HDEL', t.began, id)
   release_slots(t, {id})
 end
 

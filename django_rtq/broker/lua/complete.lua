@@ -23,7 +23,8 @@
 -- KEYS[17] -> rtq:{<queue>}:retry
 -- KEYS[18] -> rtq:{<queue>}:slots
 -- KEYS[19] -> rtq:{<queue>}:running
--- KEYS[20..] -> rtq:{<queue>}:unique:<key>, one per task that has a unique key
+-- KEYS[20] -> rtq:{<queue>}:began
+-- KEYS[21..] -> rtq:{<queue>}:unique:<key>, one per task that has a unique key
 -- ARGV[1] -> now (ms)
 -- ARGV[2] -> worker id
 -- ARGV[3] -> counter TTL (s)
@@ -39,7 +40,7 @@ local active, owner, state, msg, info, result, priority, completed, processed, f
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local progress, commands, command = KEYS[11], KEYS[12], KEYS[13]
 local t = {runs = KEYS[14], state = state, active = active, owner = owner, unstarted = KEYS[15],
-  pending = KEYS[16], retry = KEYS[17], slots = KEYS[18], running = KEYS[19]}
+  pending = KEYS[16], retry = KEYS[17], slots = KEYS[18], running = KEYS[19], began = KEYS[20]}
 local now, worker, counter_ttl, mirror = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4] == '1'
 local FIRST, FIELDS = 6, 7
 local worker_json = cjson.encode(worker)
@@ -103,6 +104,7 @@ if #from_active > 0 then
   call_for_all('ZREM', active, from_active)
   call_for_all('HDEL', owner, from_active)
   call_for_all('SREM', t.unstarted, from_active)
+  call_for_all('HDEL', t.began, from_active)
   release_slots(t, from_active)
 end
 if #from_pending > 0 then call_for_all('ZREM', t.pending, from_pending) end

@@ -21,7 +21,8 @@
 -- KEYS[16] -> rtq:{<queue>}:pending
 -- KEYS[17] -> rtq:{<queue>}:slots
 -- KEYS[18] -> rtq:{<queue>}:running
--- KEYS[19..] -> rtq:{<queue>}:unique:<key>, at most one: the task's uniqueness lock when it
+-- KEYS[19] -> rtq:{<queue>}:began
+-- KEYS[20..] -> rtq:{<queue>}:unique:<key>, at most one: the task's uniqueness lock when it
 --               has one (released when archived)
 -- ARGV[1] -> task id
 -- ARGV[2] -> worker id that ran it
@@ -40,7 +41,7 @@ local t = {
   active = KEYS[1], owner = KEYS[2], state = KEYS[3], info = KEYS[4], retry = KEYS[5],
   archived = KEYS[6], msg = KEYS[9], finished = KEYS[10], progress = KEYS[11], commands = KEYS[12],
   command = KEYS[13], runs = KEYS[14], unstarted = KEYS[15], pending = KEYS[16],
-  slots = KEYS[17], running = KEYS[18], now = score, mirror = ARGV[8] == '1',
+  slots = KEYS[17], running = KEYS[18], began = KEYS[19], now = score, mirror = ARGV[8] == '1',
 }
 
 if not take_for_settling(t, id, worker, run) then return 0 end
@@ -49,7 +50,7 @@ if target == 'retry' then
   redis.call('HSET', t.state, id, 'retry')
   redis.call('ZADD', t.retry, score, id)
 else
-  archive_task(t, id, info_json, KEYS[19])
+  archive_task(t, id, info_json, KEYS[20])
 end
 bump_counter(KEYS[7], counter_ttl)
 bump_counter(KEYS[8], counter_ttl)

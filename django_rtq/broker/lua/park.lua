@@ -15,13 +15,16 @@
 -- KEYS[10] -> rtq:{<queue>}:pending
 -- KEYS[11] -> rtq:{<queue>}:parked
 -- KEYS[12] -> rtq:{<queue>}:parked_kinds
+-- KEYS[13] -> rtq:{<queue>}:began
 -- ARGV[1] -> now (ms; 0 = the server's clock)
 -- ARGV[2] -> worker id holding the leases
 -- ARGV[3] -> wake channel
 -- ARGV[4..] -> four per task: id, run number, kind, reason
 --
 -- Returns: the number of tasks parked.
-local t = {active = KEYS[1], owner = KEYS[2], unstarted = KEYS[3], slots = KEYS[4], running = KEYS[5]}
+local t = {
+  active = KEYS[1], owner = KEYS[2], unstarted = KEYS[3], slots = KEYS[4], running = KEYS[5], began = KEYS[13],
+}
 local runs, state, priority, seq = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local p = {pending = KEYS[10], state = state, parked = KEYS[11], kinds = KEYS[12]}
 local now, worker, channel = clock_now(ARGV[1]), ARGV[2], ARGV[3]

@@ -23,7 +23,8 @@
 -- KEYS[15] -> rtq:{<queue>}:command
 -- KEYS[16] -> rtq:{<queue>}:slots
 -- KEYS[17] -> rtq:{<queue>}:running
--- KEYS[18..] -> rtq:{<queue>}:unique:<key>, one per task that has a unique key
+-- KEYS[18] -> rtq:{<queue>}:began
+-- KEYS[19..] -> rtq:{<queue>}:unique:<key>, one per task that has a unique key
 -- ARGV[1] -> now (ms; 0 = the server's clock)
 -- ARGV[2] -> grace (ms): how long past its expiry a lease must be to be taken back
 -- ARGV[3] -> max recoveries of a task that had started
@@ -40,7 +41,7 @@ local t = {
   active = KEYS[1], owner = KEYS[2], state = KEYS[3], info = KEYS[4], msg = KEYS[5],
   runs = KEYS[9], unstarted = KEYS[10], archived = KEYS[11], finished = KEYS[12],
   progress = KEYS[13], commands = KEYS[14], command = KEYS[15], slots = KEYS[16], running = KEYS[17],
-  now = now, mirror = ARGV[4] == '1',
+  began = KEYS[18], now = now, mirror = ARGV[4] == '1',
 }
 local pending, seq, priority = KEYS[6], KEYS[7], KEYS[8]
 local cutoff, max_recoveries, channel = now - tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[5]

@@ -11,12 +11,15 @@
 -- KEYS[7] -> rtq:{<queue>}:unstarted
 -- KEYS[8] -> rtq:{<queue>}:slots
 -- KEYS[9] -> rtq:{<queue>}:running
+-- KEYS[10] -> rtq:{<queue>}:began
 -- ARGV[1] -> worker id holding the leases
 -- ARGV[2] -> wake channel
 -- ARGV[3..] -> task ids
 --
 -- Returns: the number of tasks requeued.
-local t = {active = KEYS[1], owner = KEYS[2], unstarted = KEYS[7], slots = KEYS[8], running = KEYS[9]}
+local t = {
+  active = KEYS[1], owner = KEYS[2], unstarted = KEYS[7], slots = KEYS[8], running = KEYS[9], began = KEYS[10],
+}
 local state, priority, pending, seq = KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local worker, channel = ARGV[1], ARGV[2]
 

@@ -138,6 +138,8 @@ class Executor:
             max_retries=job.message.max_retries,
             worker_id=self.worker_id,
             enqueued_at=job.message.enqueued_at,
+            priority=job.message.priority,
+            process_at=job.message.process_at,
             started_at=job.started_at,
             deadline=job.message.deadline,
             info=job.claimed.info,
