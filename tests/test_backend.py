@@ -26,6 +26,7 @@ from django_rtq.backends import (
 from django_rtq.broker import TaskState, manual
 from django_rtq.exceptions import DeadlineExceeded, NonRetryableError, TaskCancelled
 from django_rtq.models import FinishedTask
+from tests.support.clock import queue_now
 from tests.support.factories import WORKER, claim_ids, done
 from tests.support.polling import wait_for
 from tests.support.runs import task_state
@@ -52,10 +53,10 @@ def test_the_backend_supports_everything_django_tasks_asks_about():
 
 
 def test_enqueue_returns_a_ready_result_that_a_worker_completes(mirroring, run_worker, inspector):
-    before = timezone.now()
+    before = queue_now()
     result = dtasks.multiply.enqueue(6, 7)
     assert result.status == TaskResultStatus.READY and not result.is_finished
-    assert before <= result.enqueued_at <= timezone.now()
+    assert before <= result.enqueued_at <= queue_now()
     assert (result.args, result.kwargs, result.attempts) == ([6, 7], {}, 0)
     assert dtasks.multiply.get_result(result.id).status == TaskResultStatus.READY
     with pytest.raises(ValueError):

@@ -17,6 +17,7 @@ from django_rtq.broker import TaskState, manual
 from django_rtq.exceptions import NonRetryableError, TaskCancelled
 from django_rtq.registry import get_task_type
 from django_rtq.testing import run_eagerly
+from tests.support.clock import queue_now
 from tests.support.django_tasks import djangos_signals, of, wait_status
 from tests.support.factories import WORKER, claim_ids, done
 from tests.support.polling import wait_for
@@ -118,10 +119,10 @@ def test_a_retried_task_goes_through_every_status_and_attribute(run_worker, insp
     execution"), `finished_at`, `return_value`; docs/ref/signals.txt: task_started before each
     run, task_finished once it has finished (not for the attempt that is retried)."""
     with djangos_signals() as sent:
-        before = timezone.now()
+        before = queue_now()
         result = dtasks.fails_then_waits.enqueue("walk")
         assert (result.status, result.attempts, result.errors, result.worker_ids) == (READY, 0, [], [])
-        assert before <= result.enqueued_at <= timezone.now()
+        assert before <= result.enqueued_at <= queue_now()
         assert result.started_at is result.last_attempted_at is result.finished_at is None
         with pytest.raises(ValueError):
             result.return_value  # noqa: B018
@@ -275,7 +276,7 @@ def test_started_at_and_last_attempted_at_stay_put_while_a_task_runs(mirroring, 
             result.refresh()
             assert result.status == RUNNING
             assert (result.started_at, result.last_attempted_at) == first
-        assert first[0] == first[1] and result.enqueued_at <= first[0] <= timezone.now()
+        assert first[0] == first[1] and result.enqueued_at <= first[0] <= queue_now()
         go("stays")
         wait_status(result, SUCCESSFUL)
     # Recorded as the attempt ends: its start, a moment after the claim the running one shows.
