@@ -198,3 +198,36 @@ def test_the_queues_cluster_master_fails_over(how, replicated_cluster, chaos_pro
             drain_limit=DRAIN_LIMIT,
             problems=in_flight_problems(running),
         )
+
+
+def test_sentinel_failover_of_masters_that_need_a_replica(sentinel_group, chaos_project):
+    """`SENTINEL FAILOVER` as above, both servers set to `min-replicas-to-write 1` (Redis's
+    remedy for a demoted master that goes on taking writes): the old master refuses writes
+    (`NOREPLICAS`, which django-rtq retries) as soon as its replica is promoted, and the new one
+    until the old one is its replica. Writes pause instead of being lost: nothing is lost, no
+    handler runs to its end twice, no two runs overlap."""
+    group = sentinel_group
+    for server in (group.master, group.replica):
+        with redis.Redis(port=server.port) as client:
+            client.config_set("min-replicas-to-write", 1)
+    chaos = chaos_project(group.master.url)
+    point_at(chaos, group.url())
+
+    def fail_over() -> float:
+        group.failover()
+        return group.wait_promoted()
+
+    fault_at, seconds, running = run_failover(chaos, replicate=group.wait_replicated, fail_over=fail_over)
+    drained_at = chaos.wait_drained(DRAIN_WAIT)
+    ended_twice = sorted(key for key, n in chaos.runlog.refresh().ended.items() if n > 1)
+    problems = in_flight_problems(running)
+    if ended_twice:
+        problems.append(f"{len(ended_twice)} handler(s) ran to their end twice: completions lost")
+    chaos.verify(
+        "sentinel-failover-min-replicas",
+        f"failovers=1 failover={seconds:.1f}s runs_at_failover={running} ended_twice={len(ended_twice)}",
+        last_fault=fault_at,
+        drained_at=drained_at,
+        drain_limit=DRAIN_LIMIT,
+        problems=problems,
+    )
