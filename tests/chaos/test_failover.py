@@ -47,6 +47,9 @@ ENDED_BEFORE = 150
 #: was lost is active on the new master until its lease (5 s) and the grace (1 s) run out
 #: and a recoverer pass (1 s) takes it back; then the 1,200 tasks' remaining work.
 DRAIN_LIMIT = 25.0
+#: Writes (enqueues, completions) a demoted master set to `min-replicas-to-write` may still
+#: take: those of the instant before it sees its replica promoted (without it: about 770).
+REMEDY_LOSS = 20
 #: How far the replica lags when the master dies in the unreplicated scenario (seconds).
 REPLICA_LAG = 0.5
 DRAIN_WAIT = 90.0
@@ -203,9 +206,9 @@ def test_the_queues_cluster_master_fails_over(how, replicated_cluster, chaos_pro
 def test_sentinel_failover_of_masters_that_need_a_replica(sentinel_group, chaos_project):
     """`SENTINEL FAILOVER` as above, both servers set to `min-replicas-to-write 1` (Redis's
     remedy for a demoted master that goes on taking writes): the old master refuses writes
-    (`NOREPLICAS`, which django-rtq retries) as soon as its replica is promoted, and the new one
-    until the old one is its replica. Writes pause instead of being lost: nothing is lost, no
-    handler runs to its end twice, no two runs overlap."""
+    (`NOREPLICAS`, which django-rtq retries) once it sees its replica promoted, and the new one
+    until the old one is its replica. Writes pause instead of being lost, but for those the old
+    master took in the instant before it saw its replica go: at most REMEDY_LOSS."""
     group = sentinel_group
     for server in (group.master, group.replica):
         with redis.Redis(port=server.port) as client:
@@ -219,15 +222,14 @@ def test_sentinel_failover_of_masters_that_need_a_replica(sentinel_group, chaos_
 
     fault_at, seconds, running = run_failover(chaos, replicate=group.wait_replicated, fail_over=fail_over)
     drained_at = chaos.wait_drained(DRAIN_WAIT)
-    ended_twice = sorted(key for key, n in chaos.runlog.refresh().ended.items() if n > 1)
-    problems = in_flight_problems(running)
-    if ended_twice:
-        problems.append(f"{len(ended_twice)} handler(s) ran to their end twice: completions lost")
-    chaos.verify(
+    figures = verify_lossy(
+        chaos,
         "sentinel-failover-min-replicas",
-        f"failovers=1 failover={seconds:.1f}s runs_at_failover={running} ended_twice={len(ended_twice)}",
-        last_fault=fault_at,
+        f"failovers=1 failover={seconds:.1f}s runs_at_failover={running}",
+        fault_at=fault_at,
+        kept={f"a{i}" for i in range(BEFORE)},
         drained_at=drained_at,
         drain_limit=DRAIN_LIMIT,
-        problems=problems,
+        problems=in_flight_problems(running),
     )
+    assert figures["lost"] + figures["ended_twice"] <= REMEDY_LOSS, figures
