@@ -21,7 +21,6 @@ from tests.support.cluster import HOST, cli_binary, cluster_port
 from tests.support.polling import wait_for
 from tests.support.servers import RedisProcess, SentinelProcess, cleanup_dir
 
-ROOT = Path(__file__).resolve().parents[2]
 SERVICE = "mymaster"
 #: Seconds a set-up gets to become ready, or to finish a failover.
 READY_TIMEOUT = 30.0
