@@ -14,8 +14,10 @@ A coordinated failover (`CLUSTER FAILOVER`) loses no write: nothing is lost, no 
 task overlap. The others lose writes the old master acknowledged: a master SIGKILLed what it had
 not replicated (Redis replication is asynchronous), a master Sentinel demotes what it took
 before it knew. Those scenarios check what still holds (tests/chaos/harness.py `verify_lossy`)
-and print what was lost. The first 800 are replicated (`WAIT`) before the
-failover, except in `sentinel-kill-unreplicated`, where nothing waits for the replica.
+and print what was lost. The first 800 are replicated (`WAIT`) before the failover, except
+in `sentinel-kill-unreplicated`, where nothing waits for the replica (and it lags). With both
+servers set to `min-replicas-to-write 1`, a demoted master refuses writes: a pause, and only
+an instant of loss.
 
 Each scenario asserts that the failover caught handlers running, and prints one line of
 figures (appended to `$RTQ_CHAOS_REPORT` when set).
