@@ -174,6 +174,33 @@ def test_leases_are_renewed_on_a_full_redis_and_a_long_handler_runs_on(
     assert reports(redis_client, "outlasting") == ["done"]
 
 
+def test_a_result_waiting_for_memory_keeps_its_lease(small_redis, redis_client, prefix, no_errors_logged):
+    # A full Redis refuses the completion, not the recoverers' take-backs: the task must stay
+    # the worker's (its lease renewed) while its result waits, or another worker runs it again.
+    broker = Broker(get_broker().client, prefix=prefix, lease_seconds=SHORT_LEASE)
+    active = broker.queue("default").active
+    message = tasks.block.using(retention=60).enqueue("kept")
+    worker = Worker(broker=broker, queues={"default": 1}, concurrency=1, relay=False)
+    worker.start()
+    try:
+        wait_for(lambda: reports(redis_client, "kept:started"), message="the handler to start")
+        with small_redis.filled():
+            redis_client.set(tasks.report_key("release:kept"), "1")  # on the suite's Redis
+            wait_for(lambda: len(worker.syncer) == 1, message="the completion to wait in the syncer")
+            ended = broker.client.zscore(active, message.id)
+            # Renewed past two leases after its handler ended: nobody may take it back.
+            wait_for(
+                lambda: broker.client.zscore(active, message.id) > ended + 2 * SHORT_LEASE * 1000,
+                timeout=5 * SHORT_LEASE,
+                message="the lease renewed while the result waits",
+            )
+            assert broker.recover("default", grace_ms=0, max_recoveries=5) == []
+        wait_state(Inspector(broker), message.id, TaskState.COMPLETED)
+    finally:
+        worker.stop()
+    assert reports(redis_client, "kept:started") == ["1"]
+
+
 def test_a_worker_started_on_a_full_redis_rides_it_out(small_redis, redis_client, no_errors_logged, caplog):
     message = tasks.record.enqueue("waited", 1)
     worker = Worker(broker=get_broker(), queues={"default": 1}, concurrency=1, relay=False)

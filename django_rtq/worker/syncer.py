@@ -10,12 +10,17 @@ from ..exceptions import BrokerUnavailable
 from .component import Component
 
 
+def _nothing() -> None:
+    pass
+
+
 @dataclass(slots=True)
 class SyncRequest:
-    """A write to retry: `apply()` redoes it."""
+    """A write to retry: `apply()` redoes it; `done()` follows once it was made (or dropped)."""
 
     apply: Callable[[], object]
     description: str
+    done: Callable[[], object] = _nothing
 
 
 class Syncer(Component):
@@ -55,6 +60,7 @@ class Syncer(Component):
                 break
             except Exception:
                 self.logger.exception("dropped the %s: it failed", request.description)
+            request.done()
             done += 1
         return done
 

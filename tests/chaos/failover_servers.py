@@ -2,7 +2,6 @@
 
 - `SentinelGroup`: a master, one replica and three sentinels (quorum 2) on loopback ports.
 - `ReplicatedCluster`: a Redis Cluster of three masters, each with one replica.
-- `WorkerProcess`: a real `rtq_worker` process on either of them, logging to a file.
 
 Every server is a foreground child process (tests/support/servers.py) stopped by `close()`; the
 kernel stops them too if the test run dies first.
@@ -10,10 +9,7 @@ kernel stops them too if the test run dies first.
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,7 +21,6 @@ from tests.support.cluster import HOST, cli_binary, cluster_port
 from tests.support.polling import wait_for
 from tests.support.servers import RedisProcess, SentinelProcess, cleanup_dir
 
-ROOT = Path(__file__).resolve().parents[2]
 SERVICE = "mymaster"
 #: Seconds a set-up gets to become ready, or to finish a failover.
 READY_TIMEOUT = 30.0
@@ -341,51 +336,3 @@ class ReplicatedCluster:
         for node in self.nodes.values():
             node.kill()
             cleanup_dir(node.dir)
-
-
-class WorkerProcess:
-    """A real `python -m django rtq_worker` process over `broker_url`, with the settings of
-    tests/chaos/failover_settings.py (django-rtq's defaults but for what `env` sets), its
-    output in a log file."""
-
-    def __init__(
-        self, *, broker_url: str, prefix: str, log_dir: Path, env: dict[str, str], name: str
-    ) -> None:
-        self.name = name
-        self.log_path = log_dir / f"{name}.log"
-        environment = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "tests.chaos.failover_settings",
-            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-            "RTQ_CHAOS_BROKER_URL": broker_url,
-            "RTQ_TEST_PREFIX": prefix,
-            **env,
-        }
-        self._log = self.log_path.open("w")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "django", "rtq_worker", "--loglevel", "WARNING"],
-            env=environment,
-            cwd=ROOT,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def log_tail(self, lines: int = 40) -> str:
-        self._log.flush()
-        text = self.log_path.read_text(errors="replace").splitlines()
-        return "\n".join(f"  [{self.name}] {line}" for line in text[-lines:])
-
-    def stop(self, timeout: float = 15.0) -> int | None:
-        """SIGTERM, then SIGKILL if it has not exited within `timeout`; return the exit code."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._log.close()
-        return self.process.returncode

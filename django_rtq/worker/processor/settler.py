@@ -76,12 +76,14 @@ class Settler:
             else:
                 batch.append(outcome)
         if batch:
+            waiting: list[Outcome] = []
             try:
-                self._settle(batch)
+                waiting = self._settle(batch)
             except Exception:
                 logger.exception("settling %d outcome(s) failed", len(batch))
             finally:
-                self.jobs.settled(batch)
+                held = {id(outcome) for outcome in waiting}
+                self.jobs.settled([outcome for outcome in batch if id(outcome) not in held])
             self._observe(batch)
         if last or time.monotonic() - self._timings_flushed_at >= TIMINGS_FLUSH_SECONDS:
             self._flush_timings()
@@ -112,23 +114,27 @@ class Settler:
         except Exception as exc:  # metrics: kept for the next flush, never in the way of tasks
             logger.debug("could not add run times to Redis yet: %s", exc)
 
-    def _settle(self, batch: list[Outcome]) -> None:
+    def _settle(self, batch: list[Outcome]) -> list[Outcome]:
+        """Write the batch's outcomes; return those whose writes wait in the syncer."""
         completions: dict[str, list[Completion]] = defaultdict(list)
+        succeeded: dict[str, list[Outcome]] = defaultdict(list)
         for outcome in batch:
             if outcome.failure is None:
                 completions[outcome.claimed.queue].append(self._completion(outcome))
+                succeeded[outcome.claimed.queue].append(outcome)
+        waiting: list[Outcome] = []
         for queue, done in completions.items():
             write = partial(self._complete, queue, done)
-            self._write(write, f"completion of {len(done)} task(s) in queue {queue!r}")
+            description = f"completion of {len(done)} task(s) in queue {queue!r}"
+            waiting += self._write(write, description, succeeded[queue])
         for outcome in batch:
             if outcome.failure is not None:
                 write = partial(settle_failure, self.broker, outcome.failure, worker_id=self.worker_id)
-                self._write(
-                    write,
-                    f"failure of task {outcome.claimed.id!r} in queue {outcome.claimed.queue!r}",
-                )
+                description = f"failure of task {outcome.claimed.id!r} in queue {outcome.claimed.queue!r}"
+                waiting += self._write(write, description, [outcome])
         if any(outcome.job is not None and outcome.job.message.parent for outcome in batch):
             self.on_commands()
+        return waiting
 
     def _complete(self, queue: str, done: list[Completion]) -> None:
         settled = self.broker.complete(queue, done, worker_id=self.worker_id)
@@ -158,15 +164,21 @@ class Settler:
             notify=child_notice(message),
         )
 
-    def _write(self, write: Any, description: str) -> None:
-        """Make a write now, or have the syncer retry it while Redis cannot take it. Any other
-        error leaves the task to the recoverer (its lease is no longer renewed)."""
+    def _write(self, write: Any, description: str, outcomes: list[Outcome]) -> list[Outcome]:
+        """Make a write now, or have the syncer retry it while Redis cannot take it; return the
+        `outcomes` it writes if it waits in the syncer. Their tasks stay the worker's (their
+        leases renewed) until it is made: a Redis that refuses some writes and not others (a
+        full one) would otherwise let their leases lapse and another worker run them again. Any
+        other error leaves the task to the recoverer (its lease is no longer renewed)."""
         try:
             write()
         except BrokerUnavailable as exc:
             logger.warning("could not record the %s (%s); the syncer will retry", description, exc)
-            self.syncer.add(SyncRequest(apply=write, description=description))
+            done = partial(self.jobs.settled, outcomes)
+            self.syncer.add(SyncRequest(apply=write, description=description, done=done))
+            return outcomes
         except Exception:
             logger.exception(
                 "could not record the %s; its task will be taken back once its lease expires", description
             )
+        return []

@@ -1,5 +1,5 @@
-"""The chaos project's tasks: `chaos_sleep`, Django's own `@task`, and `chaos_receipt`,
-django-rtq's `@task` (an order's receipt, enqueued on commit); no options."""
+"""The chaos project's tasks: `chaos_sleep` and `chaos_steps`, Django's own `@task`, and
+`chaos_receipt`, django-rtq's `@task` (an order's receipt, enqueued on commit); no options."""
 
 import time
 
@@ -11,6 +11,9 @@ except ImportError:  # Django 5.2: the django-tasks backport offers the same API
 from chaosapp.runs import record
 from django_rtq import task as rtq_task
 
+#: The longest sleep of `chaos_steps`.
+STEP_SECONDS = 0.05
+
 
 @task
 def chaos_sleep(key, ms):
@@ -19,6 +22,22 @@ def chaos_sleep(key, ms):
     record("start", key)
     try:
         time.sleep(ms / 1000)
+        record("end", key)
+    except BaseException:
+        record("abort", key)
+        raise
+    return key
+
+
+@task
+def chaos_steps(key, ms):
+    """`chaos_sleep` in sleeps of STEP_SECONDS: a handler the worker's watchdog stops at once (its
+    exception lands between two sleeps), where one long `time.sleep` is C code it waits out."""
+    record("start", key)
+    try:
+        until = time.monotonic() + ms / 1000
+        while (left := until - time.monotonic()) > 0:
+            time.sleep(min(left, STEP_SECONDS))
         record("end", key)
     except BaseException:
         record("abort", key)
