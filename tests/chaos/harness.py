@@ -115,11 +115,18 @@ def wait_going(chaos: Chaos, pid: int, count: int, timeout: float = 30) -> bool:
     return wait_for(lambda: going(chaos)[pid] >= count, timeout, interval=0.01, fail=False)
 
 
-def aborted_by(chaos: Chaos, pid: int) -> int:
-    """How many runs of process `pid` ended in `abort` (the worker stopped their handler)."""
+def aborted_by(chaos: Chaos, pid: int) -> list[tuple[str, float]]:
+    """The runs of process `pid` that ended in `abort` (the worker stopped their handler): the
+    key and when, of each."""
     path = chaos.events / f"{pid}.log"
     lines = path.read_text().splitlines() if path.exists() else []
-    return sum(line.startswith("abort ") for line in lines)
+    return [(key, float(when)) for event, key, _, when in map(str.split, lines) if event == "abort"]
+
+
+def next_start(chaos: Chaos, key: str, after: float) -> float | None:
+    """When the first run of `key` that started after `after` started (None if none did)."""
+    starts = [run.start for run in chaos.runlog.runs + chaos.runlog.unended() if run.key == key]
+    return min((start for start in starts if start > after), default=None)
 
 
 def cut_by_kills(chaos: Chaos) -> list[int]:

@@ -77,8 +77,8 @@ def test_sigkill_storm(redis_servers, chaos_project):
         pending.append(waiting)
         victim_pid = victim.pid
         last_kill = chaos.kill(victim_pid)
+        live = chaos.run_queue()
         victim = chaos.start_worker("--concurrency", str(CONCURRENCY), name=f"victim-{n}")
-    live = chaos.run_queue()
 
     drained_at = chaos.wait_drained(3 * DRAIN_LIMIT_SECONDS)
     cut = cut_by_kills(chaos)
@@ -147,14 +147,15 @@ def test_sigkill_every_two_seconds_across_supervised_processes(redis_servers, ch
         if n % 2:
             child = rng.choice([pid for pids in busy.values() for pid in pids])
             last_kill = chaos.kill(child)
+            live = chaos.run_queue()
             child_kills.append(child)
         else:
             slot = rng.choice([slot for slot, pids in busy.items() if pids])
             runs_going = going(chaos)
             orphans += [(pid, runs_going[pid]) for pid in workers[slot].children()]
             last_kill = chaos.kill(workers[slot].pid)
+            live = chaos.run_queue()
             workers[slot] = chaos.start_worker("--processes", "2", name=f"s{slot}-{n}")
-    live = chaos.run_queue()
 
     drained_at = chaos.wait_drained(3 * SUPERVISED_DRAIN_LIMIT_SECONDS)
     cut = dict(zip([pid for pid, _ in chaos.kills], cut_by_kills(chaos), strict=True))
