@@ -154,6 +154,17 @@ def rerun_delays(chaos: Chaos, pids: Iterable[int] | None = None) -> list[float 
     return delays
 
 
+def wait_ready(worker: Worker, timeout: float = 60) -> float:
+    """Wait until `worker` logs that it starts (its recoverer's wait begins then); return when."""
+    wait_for(
+        lambda: "starting on queues" in worker.log.read_text(errors="replace"),
+        timeout,
+        interval=0.02,
+        message=f"worker {worker.name} to start",
+    )
+    return time.time()
+
+
 def rerun_figures(delays: list[float | None], bound: float, name: str = "kill") -> tuple[str, list[str]]:
     """The figures of `rerun_delays` (of the kill(s) `name` says) and the problems: a cut run's
     task that never ran again, or ran again over `bound` seconds after the kill."""
