@@ -23,7 +23,9 @@ from django_rtq.broker import Broker
 from django_rtq.broker.claims import PARKED_BASE
 from django_rtq.broker.versions import MESSAGE_FORMAT
 from django_rtq.broker.waiting import waiting_for_worker
-from tests.chaos.harness import KEY_PREFIX, QUEUE, Chaos, report
+from django_rtq.defaults import DEFAULT_IDLE_WAIT_SECONDS, DEFAULT_SHUTDOWN_TIMEOUT_SECONDS
+from django_rtq.worker.server import EXIT_GRACE_SECONDS
+from tests.chaos.harness import KEY_PREFIX, QUEUE, SLACK_SECONDS, Chaos, aborted_by, going, report
 from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.chaos
@@ -40,8 +42,13 @@ STREAM_INTERVAL = 0.05
 BATCH = 200
 #: Stream runs A's worker must end while B's tasks wait, to show it still works.
 A_RUNS_WHILE_PARKED = 50
-#: Seconds the queue gets to drain after the last enqueue (A's web's stream runs past the SIGTERM).
-DRAIN_LIMIT = 15.0
+#: Seconds the queue may take to drain after the last enqueue: nothing waits for a lease (A's
+#: worker finished its runs and gave back the rest at SIGTERM), so B, woken or after an idle
+#: wait, runs the last stream run (0.5 s at most) and the batch of 10 ms runs on its 10 threads.
+DRAIN_LIMIT = DEFAULT_IDLE_WAIT_SECONDS + 0.5 + BATCH * 0.01 / 10 + SLACK_SECONDS  # 3.7 s
+#: A's worker exits within this many seconds of its SIGTERM: its runs of 0.5 s at most end
+#: within the shutdown timeout, and it exits within EXIT_GRACE_SECONDS of stopping.
+EXIT_LIMIT = DEFAULT_SHUTDOWN_TIMEOUT_SECONDS + EXIT_GRACE_SECONDS + SLACK_SECONDS
 #: Seconds a parked task is watched for a claim that should not come (several idle waits).
 WATCH_SECONDS = 3.0
 
@@ -80,7 +87,7 @@ def test_rolling_deploy(redis_servers, chaos_project):
     broker = Broker(chaos.client, prefix=KEY_PREFIX)
     worker_a = chaos.start_worker(name="release-a", release="a")
     stream = interleave(calls("c", C, range(STREAM)), calls("r", RECEIPT, range(STREAM)))
-    chaos.call(stream, name="web-a", release="a", interval=STREAM_INTERVAL)
+    web_a = chaos.call(stream, name="web-a", release="a", interval=STREAM_INTERVAL)
     chaos.wait_started(1)
 
     # B's web is deployed first: it sends tasks of B's code, each kind 200 times.
@@ -122,14 +129,16 @@ def test_rolling_deploy(redis_servers, chaos_project):
     )
     worker_a.process.send_signal(signal.SIGTERM)
     sigterm_at = time.time()
-    wait_for(lambda: worker_a.process.poll() is not None, timeout=30, message="A's worker to exit")
+    streaming = web_a.poll() is None  # the work goes on past the SIGTERM
+    wait_for(lambda: worker_a.process.poll() is not None, timeout=EXIT_LIMIT, message="A's worker to exit")
+    exited_after = time.time() - sigterm_at
 
     # A's web is still up after A's workers are gone: it sends A's old name.
     late = calls("r", RECEIPT, range(2000, 2000 + BATCH))
     chaos.call(late, name="web-a-late", release="a")
     chaos.wait_clients(timeout=60)
     enqueued_at = time.time()
-    drained_at = chaos.wait_drained(DRAIN_LIMIT)
+    drained_at = chaos.wait_drained(3 * DRAIN_LIMIT)
 
     ledger = chaos.ledger()
     runs = Counter(entry["key"] for entry in ledger)
@@ -156,6 +165,12 @@ def test_rolling_deploy(redis_servers, chaos_project):
     running = chaos.running_at(sigterm_at, worker_a.pid)
     if not running:
         problems.append("A's worker had no run going at SIGTERM")
+    if not streaming:
+        problems.append("A's web had sent its whole stream before the SIGTERM")
+    # The runs A had going at its SIGTERM end in A (none stopped, none left open at its exit).
+    cut_in_a = len(aborted_by(chaos, worker_a.pid)) + going(chaos)[worker_a.pid]
+    if cut_in_a:
+        problems.append(f"{cut_in_a} run(s) of A's worker did not end though the shutdown timeout let them")
     problems += ledger_problems(ledger, runs, pids)
     wrong_release = sorted(
         entry["key"] for entry in ledger if entry["key"] in b_only_keys and entry["ran_by"] != "b"
@@ -176,6 +191,7 @@ def test_rolling_deploy(redis_servers, chaos_project):
         "rolling-deploy",
         f"parked={parked_by_a} claimed_then_parked={claimed_then_parked} "
         f"claimed_while_parked={sum(claims_later) - claimed_then_parked} runs_at_sigterm={running} "
+        f"runs_cut_at_sigterm={cut_in_a} exit_after_sigterm={exited_after:.1f}s "
         f"ran_by_a={by_release['a']} ran_by_b={by_release['b']} alias_runs={alias_runs} "
         f"claims_per_task=max:{max(claims, default=0)},mean:{statistics.fmean(claims or [0]):.2f} "
         f"drain_after_last_enqueue={'never' if drained_at is None else f'{drained_at - enqueued_at:.1f}s'}",

@@ -28,17 +28,40 @@ from collections.abc import Callable, Iterable
 
 import pytest
 
+from django_rtq.defaults import (
+    DEFAULT_OUTBOX_RELAY_AFTER_SECONDS,
+    DEFAULT_OUTBOX_RELAY_INTERVAL_SECONDS,
+    DEFAULT_RECOVERER_INTERVAL_SECONDS,
+)
 from django_rtq.outbox import LEASE_SECONDS, RELAY_BATCH
-from tests.chaos.harness import DATABASES, Chaos, Redis, Run, Worker
+from tests.chaos.harness import (
+    DATABASES,
+    RECOVERER_SETTLE_SECONDS,
+    RERUN_SECONDS,
+    SLACK_SECONDS,
+    Chaos,
+    Redis,
+    Run,
+    Worker,
+    cut_by_kills,
+    rerun_delays,
+    wait_ready,
+)
 from tests.support.polling import wait_for
 
 pytestmark = [pytest.mark.chaos, pytest.mark.parametrize("database", DATABASES)]
 
 #: How long a task's handler sleeps (ms): long enough for a kill to land mid-run.
 TASK_MS = 5
-#: Seconds the relays and workers get to run every committed task once Redis is back (a killed
-#: relay's rows wait out its lease first).
-RUN_WAIT_SECONDS = 30.0 + LEASE_SECONDS
+#: Seconds a worker gets to start, relay up to 5,000 rows and run their tasks, on a loaded machine.
+WORK_SECONDS = 10.0
+#: Seconds the relays and workers get to run every committed task once Redis is back: the rows
+#: stored last are due OUTBOX_RELAY_AFTER after they were, and a relay looks every interval.
+RUN_WAIT_SECONDS = DEFAULT_OUTBOX_RELAY_AFTER_SECONDS + DEFAULT_OUTBOX_RELAY_INTERVAL_SECONDS + WORK_SECONDS
+#: Once every relay that held rows was killed, the rows they held are taken again once their
+#: lease lapsed, at the next relay pass; a batch then to send and run.
+BATCH_SECONDS = 2.0
+KILLED_RELAY_SECONDS = LEASE_SECONDS + DEFAULT_OUTBOX_RELAY_INTERVAL_SECONDS + BATCH_SECONDS + SLACK_SECONDS
 #: Seconds the outbox gets to be emptied, and the queue to be drained, once every task ran.
 SETTLE_WAIT_SECONDS = 10.0
 #: A run that ended this shortly before its process was SIGKILLed may not have been settled in
@@ -100,11 +123,13 @@ def orders_while_redis_is_down(chaos: Chaos, server: Redis, calls, *, django_tas
     )
 
 
-def wait_relayed(chaos: Chaos, calls, *, since: float) -> tuple[str, list[str], float | None]:
-    """Wait until every committed task ran, the outbox is empty and the queue drained; return
-    the figures, the problems (a rolled-back task ran, rows were left, a task settled twice)
-    and when the queue was drained (None if it was not)."""
-    ran_at = chaos.wait_ran(keys_of(calls, commits=True), RUN_WAIT_SECONDS)
+def wait_relayed(
+    chaos: Chaos, calls, *, since: float, run_wait: float = RUN_WAIT_SECONDS
+) -> tuple[str, list[str], float | None]:
+    """Wait up to `run_wait` seconds until every committed task ran, then until the outbox is
+    empty and the queue drained; return the figures, the problems (a rolled-back task ran, rows
+    were left, a task settled twice) and when the queue was drained (None if it was not)."""
+    ran_at = chaos.wait_ran(keys_of(calls, commits=True), run_wait)
     # Every task may have run while rows a killed relay held, already sent, wait out its lease.
     emptied_at = held_at(lambda: chaos.outbox_count() == 0, LEASE_SECONDS + SETTLE_WAIT_SECONDS)
     drained_at = chaos.wait_drained(SETTLE_WAIT_SECONDS) if ran_at is not None else None
@@ -216,6 +241,7 @@ def test_requests_while_redis_is_down_run_once_when_it_is_back(database, redis_s
         f"{while_down} {figures}",
         last_fault=back,
         drained_at=drained_at,
+        drain_limit=RUN_WAIT_SECONDS,
         problems=problems + ran_more_than_once(chaos, calls),
     )
 
@@ -237,6 +263,7 @@ def test_two_relays_on_the_same_rows_make_each_task_once(database, redis_servers
         f"{while_down} relayed_by={relayed_by(workers)} {figures}",
         last_fault=back,
         drained_at=drained_at,
+        drain_limit=RUN_WAIT_SECONDS,
         problems=problems + ran_more_than_once(chaos, calls),
     )
 
@@ -259,23 +286,56 @@ def test_relays_sigkilled_mid_relay_lose_nothing_and_make_nothing_twice(
     held = [kill_once_sent(chaos, chaos.start_worker(name="victim0"))]
     held.append(kill_once_leased(chaos, chaos.start_worker(name="victim1")))
     last_kill = chaos.kills[-1][1]
-    chaos.start_worker(name="survivor")
-    figures, problems, drained_at = wait_relayed(chaos, calls, since=back)
+    ready_at = wait_ready(chaos.start_worker(name="survivor"))
+    figures, problems, drained_at = wait_relayed(
+        chaos, calls, since=back, run_wait=KILLED_RELAY_SECONDS + RUN_WAIT_SECONDS
+    )
 
     twice = remade(chaos, keys_of(calls, commits=True))
     if twice:
         problems.append(f"{len(twice)} task(s) ran again with no kill to explain it, e.g. {twice[:5]}")
     ended_twice = sum(1 for count in chaos.runlog.ended.values() if count > 1)
+    # What each kill cut: the rows its relay held (the first kill's stay leased past the second),
+    # of them those already in Redis, and the runs its worker had going.
+    (held0, sent0), (held1, sent1) = held[0], (held[1][0] - held[0][0], held[1][1] - held[0][1])
+    if not (held0 and sent0):
+        problems.append(f"the first kill did not cut a relay between sending and deleting: {held[0]}")
+    if not held1:
+        problems.append(f"the second kill did not cut a relay holding rows: {held}")
+    # The tasks of the runs the kills cut are recovered by the survivor: a lease past the kill,
+    # and a lease and a heartbeat past its start (RECOVERER_SETTLE_SECONDS).
+    rerun_by = (
+        max(
+            last_kill + RERUN_SECONDS,
+            ready_at + RECOVERER_SETTLE_SECONDS + DEFAULT_RECOVERER_INTERVAL_SECONDS,
+        )
+        + SLACK_SECONDS
+    )
+    delays = rerun_delays(chaos)
+    reruns = [delay + when for delay, when in zip(delays, cut_times(chaos), strict=True) if delay is not None]
+    if len(reruns) < len(delays) or max(reruns, default=0) > rerun_by:
+        problems.append(
+            f"runs the kills cut ran again {max(reruns, default=0) - last_kill:.1f}s after the last kill, "
+            f"over {rerun_by - last_kill:.1f}s (or never: {len(delays) - len(reruns)})"
+        )
     chaos.verify(
         f"outbox-sigkill-relay[{database}]",
-        f"{while_down} kills={len(chaos.kills)} "
-        f"leased_at_kills={','.join(str(leased) for leased, _ in held)} "
-        f"sent_of_leased={','.join(str(sent) for _, sent in held)} "
+        f"{while_down} kills={len(chaos.kills)} held_per_kill={held0},{held1} sent_of_held={sent0},{sent1} "
+        f"runs_cut_per_kill={','.join(map(str, cut_by_kills(chaos)))} "
+        f"rerun_after_last_kill=max:{max(reruns, default=last_kill) - last_kill:.1f}s,"
+        f"bound:{rerun_by - last_kill:.1f}s "
         f"remade={len(twice)} ended_twice={ended_twice} {figures}",
         last_fault=last_kill,
         drained_at=drained_at,
+        drain_limit=KILLED_RELAY_SECONDS,
         problems=problems,
     )
+
+
+def cut_times(chaos: Chaos) -> list[float]:
+    """When the process of each run a kill cut died, in the order of `rerun_delays`."""
+    deaths = dict(chaos.kills)
+    return [deaths[run.pid] for run in chaos.runlog.unended() if run.pid in deaths]
 
 
 @pytest.mark.timeout(150)
@@ -298,6 +358,7 @@ def test_django_tasks_enqueued_in_a_transaction_survive_redis_being_down(
         f"{while_down} {figures}",
         last_fault=back,
         drained_at=drained_at,
+        drain_limit=RUN_WAIT_SECONDS,
         check_results=True,
         problems=problems + ran_more_than_once(chaos, calls),
     )
