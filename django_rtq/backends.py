@@ -43,6 +43,9 @@ try:  # Django 6.0+
     from django.tasks.exceptions import TaskResultDoesNotExist
     from django.tasks.signals import task_enqueued, task_finished, task_started
 except ImportError:  # Django 5.2 with the django-tasks backport
+    from .extras import require_extra
+
+    require_extra("tasks-backport", "django_rtq.backends (the django.tasks backend, on Django 5.2)")
     from django_tasks.backends.base import BaseTaskBackend
     from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
     from django_tasks.exceptions import InvalidTaskError as DjangoInvalidTask

@@ -3,19 +3,20 @@ whether the `django.tasks` API is installed), and Redis itself: reachable, confi
 lose tasks (no eviction, persistence), and not shared with another project's workers under the
 same key prefix.
 
-All are tagged "django_rtq" but the outbox's table check (W008), a database check that Django
-runs only when asked for databases (`manage.py check --database default`, `migrate`). Only
-`check_redis_reachable`, `check_redis_config` and `check_other_projects` do network I/O, so
-they are deployment checks (`manage.py check --deploy`), tagged "redis" too:
-`manage.py check --deploy --tag redis`.
+All are tagged "django_rtq" but the tables' check (W008), a database check that Django runs
+only when asked for databases (`manage.py check --database default`; silent during `migrate`).
+Only `check_redis_reachable`, `check_redis_config` and `check_other_projects` do network I/O
+to Redis, so they are deployment checks (`manage.py check --deploy`), tagged "redis" too:
+`manage.py check --deploy --tag redis`; `check_tables_deployed` is W008's deployment form.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib import import_module
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.core import checks
@@ -32,6 +33,8 @@ from .redis_url import RedisTarget, close_client, connect
 
 TAG = "django_rtq"
 REDIS_TAG = "redis"
+#: What a deployment check reads from Redis.
+T = TypeVar("T")
 #: Seconds the deployment check waits for Redis to connect and to answer PING.
 PING_TIMEOUT_SECONDS = 3.0
 #: redis-py's errors can carry a whole connection pool's repr; a check message shows this much.
@@ -196,6 +199,24 @@ def check_task_modules(app_configs: Any = None, **kwargs: Any) -> list[checks.Ch
 
 
 @checks.register(TAG)
+def check_task_types_found(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """W014: a registered task type that a worker might not find (django_rtq/discovery.py): of an
+    app missing from INSTALLED_APPS, or named with `name=` outside the modules imported at start-up."""
+    from .discovery import UNFOUND_HINT, startup_modules, why_unfound
+    from .registry import registered_tasks
+
+    found_at_startup = startup_modules()
+    unfound = {name: why_unfound(name, t.func, found_at_startup) for name, t in registered_tasks().items()}
+    return [
+        checks.Warning(
+            f"The task type {name!r} may never run: {why}.", hint=UNFOUND_HINT, obj=name, id="django_rtq.W014"
+        )
+        for name, why in unfound.items()
+        if why
+    ]
+
+
+@checks.register(TAG)
 def check_tasks_api_installed(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """E005: settings.TASKS uses django-rtq's backend, but neither django.tasks nor the backport
     can be imported (Django 5.2 without the `tasks-backport` extra)."""
@@ -217,36 +238,78 @@ def check_tasks_api_installed(app_configs: Any = None, **kwargs: Any) -> list[ch
 # --database default`, `migrate`); tagged "django_rtq" too, `check --tag django_rtq` would open
 # a connection to every database on Django 6.
 @checks.register(checks.Tags.database)
-def check_outbox_table(
-    app_configs: Any = None, databases: Any = None, **kwargs: Any
-) -> list[checks.CheckMessage]:
-    """W008 (with databases: `check --database default`, `migrate`): the transactional outbox's
-    table is missing from RTQ["OUTBOX_DATABASE"], so enqueue_on_commit() would fail."""
-    conf = _settings()
-    if conf is None or not (conf.OUTBOX or conf.OUTBOX_FALLBACK):
+def check_tables(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """W008 (with databases: `check --database default`): a table of django-rtq that the
+    settings use is missing (the outbox's, the mirror's). Silent while `migrate` runs: it is
+    about to create them."""
+    if _migrating():
         return []
-    if conf.OUTBOX_DATABASE not in (databases or ()):
-        return []
-    from .models import OutboxTask
+    return _missing_tables(databases or ())
 
-    connection = connections[conf.OUTBOX_DATABASE]
-    try:
-        with connection.cursor() as cursor:
-            tables = connection.introspection.table_names(cursor)
-    except DatabaseError:
-        return []  # the database's own errors tell why
-    table = OutboxTask._meta.db_table
-    if table in tables:
+
+# A deployment check may reach the services the project runs on (W003 reaches Redis): `check
+# --deploy` says it too, so that a check before a deploy does not say "no issues" when the tables
+# are missing. Plain `check` stays off the database, as Django's own checks do.
+@checks.register(TAG, deploy=True)
+def check_tables_deployed(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """W008 (deployment): as check_tables, in the databases the settings name."""
+    conf = _settings()
+    return _missing_tables(list(_tables_in_use(conf))) if conf is not None else []
+
+
+def _tables_in_use(conf: RTQSettings) -> dict[str, list[str]]:
+    """The tables of django-rtq the settings use, by database alias."""
+    from .models import FinishedTask, OutboxTask
+
+    tables: dict[str, list[str]] = {}
+    if conf.OUTBOX or conf.OUTBOX_FALLBACK:
+        tables.setdefault(conf.OUTBOX_DATABASE, []).append(OutboxTask._meta.db_table)
+    if conf.MIRROR:
+        tables.setdefault(conf.MIRROR_DATABASE, []).append(FinishedTask._meta.db_table)
+    return tables
+
+
+def _missing_tables(databases: Any) -> list[checks.CheckMessage]:
+    conf = _settings()
+    if conf is None:
         return []
-    return [
-        checks.Warning(
-            f"The transactional outbox's table {table!r} is missing from the database "
-            f"{conf.OUTBOX_DATABASE!r}: enqueue_on_commit() fails until it exists.",
-            hint="Run `manage.py migrate django_rtq`, or set RTQ['OUTBOX'] = False (docs/reliability.md).",
-            obj="settings.RTQ",
-            id="django_rtq.W008",
-        )
-    ]
+    found = []
+    for using, tables in _tables_in_use(conf).items():
+        if using not in databases:
+            continue
+        connection = connections[using]
+        try:
+            with connection.cursor() as cursor:
+                existing = set(connection.introspection.table_names(cursor))
+        except DatabaseError:
+            continue  # the database's own errors tell why
+        missing = [table for table in tables if table not in existing]
+        if missing:
+            found.append(
+                checks.Warning(
+                    f"django-rtq's table(s) {', '.join(map(repr, missing))} are missing from the "
+                    f"database {using!r}: enqueue_on_commit() fails, and workers can neither relay "
+                    "the outbox nor mirror finished tasks, until they exist.",
+                    hint=f"Run `manage.py migrate{'' if using == 'default' else f' --database {using}'}`, "
+                    "or turn off what needs them: RTQ['OUTBOX'], RTQ['MIRROR'] (docs/reliability.md).",
+                    obj="settings.RTQ",
+                    id="django_rtq.W008",
+                )
+            )
+    return found
+
+
+def _migrating() -> bool:
+    """Whether the checks run at the start of `migrate` (which is about to create the tables):
+    Django runs its database checks then, and tells them nothing else than the database."""
+    from django.core.management.commands.migrate import Command as Migrate
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        if isinstance(frame.f_locals.get("self"), Migrate):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def tasks_api_module() -> str | None:
@@ -309,15 +372,10 @@ def check_redis_config(app_configs: Any = None, **kwargs: Any) -> list[checks.Ch
     W011: its configuration cannot be read (CONFIG refused, INFO silent); E007: a master is older
     than Redis 7.0. One rule with the
     worker's: django_rtq/broker/redis_config.py."""
-    target = _deploy_target()
-    if target is None:
+    configs = _read_deploy_redis(read_configs)
+    if configs is None:
         return []
     conf = get_settings()
-    try:
-        with _deploy_client(target) as client:
-            configs = read_configs(client)
-    except Exception:
-        return []  # W003 says why
     messages = []
     for finding in findings(configs, eviction_allowed=conf.ALLOW_EVICTING_REDIS):
         kind, check_id = REDIS_CONFIG_CHECKS[finding.kind]
@@ -329,16 +387,15 @@ def check_redis_config(app_configs: Any = None, **kwargs: Any) -> list[checks.Ch
 def check_other_projects(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """W009 (deployment only): live workers of another Django project use the same Redis
     database and key prefix (django_rtq/projects.py); one warning per other project."""
-    target = _deploy_target()
-    if target is None:
-        return []
     conf = get_settings()
-    try:
-        with _deploy_client(target) as client:
-            inspector = Inspector(Broker(client, prefix=conf.KEY_PREFIX))
-            workers = inspector.worker_infos(inspector.live_worker_ids()).values()
-    except Exception:
-        return []  # W003 says why
+
+    def live_workers(client: Any) -> Any:
+        inspector = Inspector(Broker(client, prefix=conf.KEY_PREFIX))
+        return inspector.worker_infos(inspector.live_worker_ids()).values()
+
+    workers = _read_deploy_redis(live_workers)
+    if workers is None:
+        return []
     return [
         checks.Warning(
             sharing_problem(others, conf.KEY_PREFIX),
@@ -348,6 +405,19 @@ def check_other_projects(app_configs: Any = None, **kwargs: Any) -> list[checks.
         )
         for others in other_projects(current_project(), workers).values()
     ]
+
+
+def _read_deploy_redis(read: Callable[[Any], T]) -> T | None:
+    """What `read` reads from the Redis of the settings, with a client of the check's own; None
+    where the settings are wrong or Redis does not answer (E002, E003 or W003 says why)."""
+    target = _deploy_target()
+    if target is None:
+        return None
+    try:
+        with _deploy_client(target) as client:
+            return read(client)
+    except Exception:
+        return None
 
 
 @contextmanager

@@ -58,16 +58,27 @@ class RTQSettings:
     # fit) wait with no worker taking them before they are archived (docs/deploying.md)
     NO_WORKER_GRACE: float = defaults.DEFAULT_NO_WORKER_GRACE_SECONDS
     STATS_TTL: float = defaults.DEFAULT_STATS_TTL_SECONDS
+    # seconds a queue the project names nowhere stays listed once nothing uses it: the janitor
+    # then forgets it (docs/commands.md#rtq_forget_queue); None = never
+    FORGET_EMPTY_QUEUES_AFTER: float | None = defaults.DEFAULT_FORGET_EMPTY_QUEUES_AFTER_SECONDS
     # accept a Redis whose maxmemory-policy evicts keys (and so loses tasks when full): workers
     # refuse to start on one otherwise (docs/redis.md)
     ALLOW_EVICTING_REDIS: bool = False
     # dotted path or callable, called with (healthy: bool, error: Exception | None)
     HEALTH_CHECK: Any = None
+    # a file the worker rewrites every HEALTHCHECK_INTERVAL while all its threads live, for
+    # `python -m django_rtq.probe live|ready` (docs/deploying.md#probes); rtq_worker --health-file
+    HEALTH_FILE: str | None = None
+    # a line per successful task at INFO on the "django_rtq.tasks" logger (failures always get one)
+    LOG_FINISHED_TASKS: bool = True
     # the ORM mirror of finished tasks (django_rtq.models.FinishedTask)
     MIRROR: bool = True
     MIRROR_INTERVAL: float = defaults.DEFAULT_MIRROR_INTERVAL_SECONDS
     MIRROR_BATCH_SIZE: int = defaults.DEFAULT_MIRROR_BATCH_SIZE
-    MIRROR_MAX_AGE: float = defaults.DEFAULT_MIRROR_MAX_AGE_SECONDS
+    # seconds a mirrored row is kept: the workers delete older ones (docs/settings.md); None = never
+    MIRROR_MAX_AGE: float | None = defaults.DEFAULT_MIRROR_MAX_AGE_SECONDS
+    # seconds between two of those pruning passes, across all workers
+    MIRROR_PRUNE_INTERVAL: float = defaults.DEFAULT_MIRROR_PRUNE_INTERVAL_SECONDS
     MIRROR_DATABASE: str = "default"
     # modules of task types to import at start-up besides each installed app's `tasks`
     # (django_rtq/discovery.py): where a task type whose name is not its path is defined
@@ -91,6 +102,10 @@ class RTQSettings:
     OUTBOX_DATABASE: str = "default"
     OUTBOX_RELAY_AFTER: float = defaults.DEFAULT_OUTBOX_RELAY_AFTER_SECONDS
     OUTBOX_RELAY_INTERVAL: float = defaults.DEFAULT_OUTBOX_RELAY_INTERVAL_SECONDS
+    # OpenTelemetry (the otel extra; docs/tracing.md): None carries the trace context of an
+    # enqueue made while a span is active, True of every enqueue (one outside a span starts a
+    # trace), False turns tracing off (nothing of OpenTelemetry is imported)
+    TRACING: bool | None = None
 
 
 @functools.cache
@@ -121,6 +136,10 @@ def get_settings() -> RTQSettings:
         )
     if "QUEUE_LIMITS" in values:
         values["QUEUE_LIMITS"] = parse_queue_limits(values["QUEUE_LIMITS"])
+    if not any(values.get("TRACING") is allowed for allowed in (None, True, False)):
+        raise ImproperlyConfigured(
+            f"settings.RTQ['TRACING'] must be None, True or False, not {values['TRACING']!r}."
+        )
     return RTQSettings(**values)
 
 

@@ -28,8 +28,11 @@ DEFAULT_NO_WORKER_GRACE_SECONDS = 24 * 3600.0
 DEFAULT_STATS_TTL_SECONDS = 90 * 24 * 3600.0  # how long per-day counters are kept
 DEFAULT_MIRROR_INTERVAL_SECONDS = 1.0
 DEFAULT_MIRROR_BATCH_SIZE = 500
-DEFAULT_MIRROR_MAX_AGE_SECONDS = 30 * 24 * 3600.0  # rows older than this are pruned by rtq_prune
+DEFAULT_MIRROR_MAX_AGE_SECONDS = 30 * 24 * 3600.0  # rows older than this are pruned (by the workers)
+DEFAULT_MIRROR_PRUNE_INTERVAL_SECONDS = 600.0  # the workers prune the mirror this often at most, together
 DEFAULT_SCHEDULER_INTERVAL_SECONDS = 1.0
 DEFAULT_COMMAND_INTERVAL_SECONDS = 0.5  # how often a worker looks for workflow commands left over
 DEFAULT_OUTBOX_RELAY_AFTER_SECONDS = 5.0  # a row older than this is the relay's to send
 DEFAULT_OUTBOX_RELAY_INTERVAL_SECONDS = 1.0
+# how long a queue the project names nowhere stays listed once nothing uses it (the janitor forgets it)
+DEFAULT_FORGET_EMPTY_QUEUES_AFTER_SECONDS = 24 * 3600.0

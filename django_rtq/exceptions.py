@@ -37,6 +37,10 @@ class QueueNotFound(RTQError, LookupError):
     """No queue of that name is configured or was ever enqueued to."""
 
 
+class QueueInUse(RTQError):
+    """A queue cannot be forgotten: it holds tasks or work, or the project names it."""
+
+
 class BulkJobNotFound(RTQError, LookupError):
     """No action on whole states with that id is recorded (finished ones are kept an hour)."""
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
-from datetime import timedelta
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
 from functools import cache
 from typing import Any
 
@@ -30,6 +31,8 @@ UNAVAILABLE = (OperationalError, InterfaceError)
 
 #: A row to write: FinishedTask's field values by attribute name.
 Row = Mapping[str, Any]
+#: Rows one pruning statement deletes at most: each DELETE stays short, locking little.
+PRUNE_BATCH = 1000
 
 
 def row_from_record(task_id: str, queue: str, record_json: str) -> FinishedTask:
@@ -143,6 +146,38 @@ def mirror_batch(
             _write_one(row, using=using)
     broker.ack_finished(queue, records, worker_id=worker_id)
     return len(records)
+
+
+def prune_batch(cutoff: datetime, *, limit: int = PRUNE_BATCH, using: str = "default") -> int:
+    """Delete up to `limit` rows that finished before `cutoff`, oldest first, by primary key
+    (a SELECT of their keys, then one DELETE, each a short statement of its own); return how many."""
+    rows = FinishedTask.objects.using(using)
+    keys = list(
+        rows.filter(finished_at__lt=cutoff).order_by("finished_at").values_list("pk", flat=True)[:limit]
+    )
+    if not keys:
+        return 0
+    deleted, _ = rows.filter(pk__in=keys).delete()
+    return deleted
+
+
+def prune(
+    cutoff: datetime,
+    *,
+    using: str = "default",
+    limit: int = PRUNE_BATCH,
+    rest: Callable[[float], bool] = lambda seconds: True,
+) -> int:
+    """Delete the rows that finished before `cutoff`, a batch of `limit` at a time, until none is
+    left or `rest` says to stop: it is called after each full batch with the seconds the batch
+    took, and returns whether to go on (it may pause first). Return how many were deleted."""
+    deleted = 0
+    while True:
+        started = time.monotonic()
+        count = prune_batch(cutoff, limit=limit, using=using)
+        deleted += count
+        if count < limit or not rest(time.monotonic() - started):
+            return deleted
 
 
 def _require_table(using: str) -> None:

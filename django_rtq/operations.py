@@ -22,7 +22,7 @@ from typing import Any
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 
-from .broker import Broker, TaskMessage, bulk, manual, workflow
+from .broker import Broker, TaskMessage, bulk, forgetting, manual, workflow
 from .broker.bulk import PURGE_STATES, BulkJob
 from .broker.inspect import NAME_SEARCH_SCAN, Inspector, LimitUse, QueueStats, TaskInfo
 from .broker.limits import QUEUE_SCOPE
@@ -31,7 +31,7 @@ from .broker.timings import Histogram
 from .broker.waiting import WaitingKind, waiting_for_worker
 from .conf import get_settings
 from .connection import get_broker
-from .exceptions import BulkJobNotFound, InvalidStateTransition, QueueNotFound, TaskNotFound
+from .exceptions import BulkJobNotFound, InvalidStateTransition, QueueInUse, QueueNotFound, TaskNotFound
 from .flow_control import project_limits
 from .formats import format_duration, plural
 from .mirror import row_from_record
@@ -39,7 +39,9 @@ from .models import FinishedTask, OutboxTask
 from .outbox import OutboxStats, outbox_stats
 from .periodic import Schedule, get_schedules
 from .permissions import CHANGE_LIVE, ENQUEUE, VIEW_HISTORY, VIEW_LIVE, has_permission
+from .queue_names import named_queues
 from .registry import TaskType, registered_tasks
+from .task_view import TaskView, view_of_finished_task, view_of_live_task
 
 #: How long (seconds) a request that starts a bulk job works on it before it answers; a
 #: worker's bulk runner, or `manage.py rtq_bulk`, carries on the rest.
@@ -184,6 +186,22 @@ class Operations:
         (self.broker.pause if pause else self.broker.resume)(queue)
         return True
 
+    def forget_queue(self, queue: str) -> None:
+        """Take a queue that nothing uses out of the known queues now, its leftover keys deleted
+        (as the janitor does after RTQ["FORGET_EMPTY_QUEUES_AFTER"]); raise QueueInUse saying
+        why not: the project names it, or it holds tasks or work. A task enqueued to it later
+        lists it again."""
+        self.require(CHANGE_LIVE)
+        self.check_queue(queue)
+        if queue in named_queues():
+            raise QueueInUse(
+                f"Queue {queue!r} cannot be forgotten: the project names it (RTQ['QUEUES'], "
+                "DEFAULT_QUEUE, a task type, a schedule or a TASKS backend), so it is always listed."
+            )
+        why = forgetting.forget_now(self.broker, queue)
+        if why:
+            raise QueueInUse(f"Queue {queue!r} cannot be forgotten: {why}.")
+
     # Flow control
 
     def flow_control(self, queue: str) -> list[LimitUse]:
@@ -278,9 +296,21 @@ class Operations:
         self.require(VIEW_LIVE)
         return self.inspector.get_task(task_id, queue)
 
+    def get_task(self, task_id: str, queue: str | None = None) -> TaskView:
+        """A task wherever it is (as `find_task` looks), as one view whether it is live or finished:
+        `.state` (a finished one is `completed` or `archived`), `.live`, `.result`, `.error`,
+        `.retried`, `.worker`, ... (django_rtq/task_view.py). Raises TaskNotFound."""
+        found = self.find_task(task_id, queue)
+        if isinstance(found, TaskInfo):
+            held_back = self.held_reason(found) if found.held else None
+            return view_of_live_task(found, held_back)
+        return view_of_finished_task(found)
+
     def find_task(self, task_id: str, queue: str | None = None) -> TaskInfo | FinishedTask:
         """A task wherever it is: live in Redis, else finished, in the mirror's buffer (an unsaved
-        row) or in the ORM. Live tasks need VIEW_LIVE, finished ones VIEW_HISTORY."""
+        row) or in the ORM. Live tasks need VIEW_LIVE, finished ones VIEW_HISTORY. What it finds
+        comes as it is stored: the inspector's `TaskInfo` (`.state`, `.result`) or a `FinishedTask`
+        row (`.status`, `.return_value`); `get_task` gives either as one `TaskView`."""
         if self.allows(VIEW_LIVE):
             try:
                 task = self.inspector.get_task(task_id, queue)

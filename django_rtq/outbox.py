@@ -31,6 +31,7 @@ from .broker.broker import OUTBOX_DROPPED, OUTBOX_SENT
 from .broker.message import TaskMessage
 from .conf import get_settings
 from .exceptions import BrokerUnavailable
+from .tables import migrate_hint, missing_table
 
 if TYPE_CHECKING:
     from .models import OutboxTask
@@ -95,12 +96,19 @@ def store(messages: Sequence[TaskMessage], *, using: str) -> None:
     due = now + timedelta(seconds=get_settings().OUTBOX_RELAY_AFTER)
     created, due = (sql.time_field.get_db_prep_save(value, connection) for value in (now, due))
     rows = [(m.id, m.task[:255], m.queue, m.to_json(), created, due) for m in messages]
-    if len(rows) == 1:
-        with connection.cursor() as cursor:
-            cursor.execute(sql.insert, rows[0])
-    else:
-        with transaction.atomic(using=using), connection.cursor() as cursor:
-            cursor.executemany(sql.insert, rows)
+    try:
+        if len(rows) == 1:
+            with connection.cursor() as cursor:
+                cursor.execute(sql.insert, rows[0])
+        else:
+            with transaction.atomic(using=using), connection.cursor() as cursor:
+                cursor.executemany(sql.insert, rows)
+    except DatabaseError as exc:
+        table = missing_table(exc)
+        if table is None:
+            raise
+        # The same class (callers that catch the database's errors still do), saying what to do.
+        raise type(exc)(f"{exc}: {migrate_hint(table, using)}") from exc
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from . import sending, signals
 from .broker.limits import Limit
 from .broker.message import TaskMessage
 from .conf import get_settings
+from .discovery import warn_if_unfound
 from .message_builder import build_message
 from .queue_names import note_task_queue
 from .retry import Backoff, resolve_backoff
@@ -56,6 +57,17 @@ class TaskType:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
 
+    def __getattr__(self, attribute: str) -> Any:
+        # Only for names the type does not have: Celery's get a pointer to django-rtq's own.
+        hint = CELERY_NAMES.get(attribute)
+        if hint is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {attribute!r}")
+        call = getattr(self.func, "__name__", "task")
+        raise AttributeError(
+            f"{type(self).__name__!r} object has no attribute {attribute!r} (Celery's name): "
+            f"{hint.format(task=call)}. docs/celery.md maps Celery's names to django-rtq's."
+        )
+
     @property
     def exposed(self) -> bool:
         """Whether the REST API may enqueue this task type (`@task(expose=True)`)."""
@@ -80,6 +92,7 @@ class TaskType:
 
     def prepare(self, *args: Any, **kwargs: Any) -> TaskMessage:
         """Build (and validate) the message an enqueue of these arguments would send."""
+        warn_if_unfound(self.name, self.func)
         return build_message(self, args, kwargs)
 
     def enqueue(self, *args: Any, **kwargs: Any) -> TaskMessage:
@@ -95,6 +108,23 @@ class TaskType:
         message = self.prepare(*args, **kwargs)
         sending.enqueue([message], announce=announce_enqueued, on_commit=True)
         return message
+
+
+STEP_HINT = "use {task}.s(*args, **kwargs) for a workflow step, or .si(...) to ignore the previous result"
+#: Celery's names for what a task type does, and how django-rtq says it (`TaskType.__getattr__`).
+CELERY_NAMES = {
+    "delay": "use {task}.enqueue(*args, **kwargs)",
+    "apply_async": (
+        "use {task}.enqueue(*args, **kwargs), or with options "
+        "{task}.using(delay=seconds, queue=..., priority=...).enqueue(*args, **kwargs) "
+        "(countdown= is delay=, eta= is process_at=)"
+    ),
+    "apply": "call it, {task}(*args, **kwargs), to run it here",
+    "signature": STEP_HINT,
+    "subtask": STEP_HINT,
+    "AsyncResult": "look a task up with Operations().get_task(task_id)",
+    "retry": "raise an exception in the task to have it retried (@task(max_retries=...))",
+}
 
 
 @dataclass(frozen=True)
@@ -181,6 +211,8 @@ def task(
     def register(func: Callable[..., Any]) -> TaskType:
         task_name = name or f"{func.__module__}.{func.__qualname__}"
         check_options(options, TYPE_OPTIONS, task_name)
+        if name is None:
+            _check_importable(func, task_name)
         task_type = TaskType(
             func=func, name=task_name, options=dict(options), aliases=_check_aliases(aliases)
         )
@@ -231,6 +263,21 @@ def unregister_task(name: str) -> None:
     for alias in task_type.aliases if task_type else ():
         _aliases.pop(alias, None)
     _generation += 1
+
+
+def _check_importable(func: Callable[..., Any], task_name: str) -> None:
+    """A task named by its path must be importable by it: a worker imports it so (discovery.py)."""
+    qualname = getattr(func, "__qualname__", "")
+    if "<lambda>" in qualname or "<locals>" in qualname:
+        what = (
+            "a lambda" if "<lambda>" in qualname.rpartition(".")[2] else "a function defined inside another"
+        )
+        raise ImproperlyConfigured(
+            f"@task cannot take {what} ({task_name}): a worker imports a task type by its dotted "
+            "path, and that of a lambda or of a nested function cannot be imported. Define it at "
+            "the top level of a module (the app's tasks.py), or give it a name, @task(name=...), in "
+            "a module the workers import at start-up."
+        )
 
 
 def _check_aliases(aliases: Iterable[str]) -> tuple[str, ...]:

@@ -24,6 +24,7 @@ from .connection import get_broker, note_redis_away, redis_recently_away
 from .exceptions import BrokerUnavailable, DuplicateTask, TaskIdConflict
 from .message_builder import give_back_unannounced, take_unannounced
 from .outbox import Announce, delete_sent, keep, report_dropped, store
+from .tracing import sending
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +43,14 @@ def enqueue(messages: Sequence[TaskMessage], *, announce: Announce, on_commit: b
     meanwhile. Outside one, they are sent at once, and kept in the outbox if Redis is away.
     With `RTQ["OUTBOX"] = False`, they are sent after the commit without being stored (lost if
     Redis is away then).
+
+    Each carries the trace context of the enqueue's span (tracing.py), if any.
     """
+    with sending(messages) as traced:
+        _enqueue(traced, announce=announce, on_commit=on_commit)
+
+
+def _enqueue(messages: Sequence[TaskMessage], *, announce: Announce, on_commit: bool) -> None:
     conf = get_settings()
     _announce_signatures()  # before the tasks: a worker that cannot bind them reads it
     if not on_commit:

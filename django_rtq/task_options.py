@@ -120,6 +120,11 @@ def as_seconds(value: Any, what: str, *, allow_none: bool = False) -> float | No
     return float(value)
 
 
+#: Epoch seconds below this (September 2001) are taken for a mistake: a duration given where a
+#: point in time is wanted (Celery's `expires=60`, say), which would be decades past already.
+EARLIEST_EPOCH = 1_000_000_000
+
+
 def as_instant(value: Any, what: str, now: float) -> float | None:
     """Read a point in time given as an aware or naive datetime, a timedelta from now, or epoch seconds."""
     if value is None:
@@ -129,5 +134,10 @@ def as_instant(value: Any, what: str, now: float) -> float | None:
     if isinstance(value, timedelta):
         return now + value.total_seconds()
     if isinstance(value, int | float) and not isinstance(value, bool):
+        if value < EARLIEST_EPOCH:
+            raise InvalidTask(
+                f"{what}={value!r} is read as epoch seconds, a moment in {1970 + int(value // 31_557_600)}; "
+                f"for {value!r} seconds from now, give {what}=timedelta(seconds={value!r})."
+            )
         return float(value)
     raise InvalidTask(f"{what} must be a datetime, a timedelta or epoch seconds, not {value!r}.")

@@ -16,6 +16,7 @@ pytest_plugins = [
     "tests.support.clock",
     "tests.support.cluster",
     "tests.support.commands",
+    "tests.support.database",
     "tests.support.fixtures",
     "tests.support.processes",
     "tests.support.users",

@@ -39,7 +39,7 @@ CHROMIUM = "/usr/bin/chromium"
 ROOT = Path(__file__).resolve().parent.parent
 SCREENSHOTS = Path(os.environ.get("RTQ_SCREENSHOTS_DIR") or Path(tempfile.gettempdir()) / "rtq-screenshots")
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.browser]
 S = TaskState
 
 

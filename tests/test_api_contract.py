@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import base64
+import http.client
+import json
+
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
@@ -106,9 +110,7 @@ def test_access_errors_are_json(prefix, settings):
     ("body", "content_type"),
     [
         ("x=1", "application/x-www-form-urlencoded"),
-        ("", "application/x-www-form-urlencoded"),  # curl -d ''
         ("hello", "text/plain"),
-        ("", "text/plain"),
     ],
 )
 def test_an_action_refuses_a_body_that_is_not_json(api, broker, action, body, content_type):
@@ -135,6 +137,8 @@ def test_a_body_without_a_content_type_is_refused(api, broker):
         ("", "application/json"),
         ("{}", "application/json"),
         ("{}", "application/json; charset=utf-8"),
+        ("", "text/plain"),  # what wsgiref (runserver) names when the client sends no type
+        ("", "application/x-www-form-urlencoded"),  # curl -d ''
     ],
 )
 def test_an_action_takes_json_or_nothing(api, broker, body, content_type):
@@ -142,6 +146,30 @@ def test_an_action_takes_json_or_nothing(api, broker, body, content_type):
     response = api.post(f"{API}tasks/{task_id}/run/", body, content_type=content_type)
     assert response.status_code == 200, response.content
     assert response.json()["state"] == "pending"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_curl_x_post_under_runserver_is_taken_as_an_empty_body(live_server, broker, settings):
+    """The docs' `curl -X POST`, through the WSGI server `runserver` runs (wsgiref's request
+    handler, which names `text/plain` when the client sends no content type)."""
+    settings.RTQ = {
+        **settings.RTQ,
+        "API_AUTHENTICATION_CLASSES": ["rest_framework.authentication.BasicAuthentication"],
+    }
+    User.objects.create_superuser("root", "root@example.com", "pw")
+    [task_id] = make_tasks(broker, TaskState.SCHEDULED, "default")
+    host, port = live_server.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    credentials = base64.b64encode(b"root:pw").decode()
+    # What `curl -u root:pw -X POST URL` sends: no body, no Content-Type.
+    connection.putrequest("POST", f"{API}tasks/{task_id}/run/", skip_accept_encoding=True)
+    connection.putheader("Authorization", f"Basic {credentials}")
+    connection.endheaders()
+    response = connection.getresponse()
+    body = json.loads(response.read())
+    connection.close()
+    assert response.status == 200, body
+    assert body["state"] == "pending"
 
 
 def test_queue_actions_refuse_a_body_that_is_not_json(api):

@@ -3,14 +3,11 @@ its worker, their `TaskResult` read from Redis while live and from the ORM mirro
 
 from __future__ import annotations
 
-import asyncio
 import time
 from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
-from asgiref.sync import sync_to_async
-from django.db import connections
 from django.utils import timezone
 
 from django_rtq import signals as rtq_signals
@@ -26,6 +23,7 @@ from django_rtq.backends import (
 from django_rtq.broker import TaskState, manual
 from django_rtq.exceptions import DeadlineExceeded, NonRetryableError, TaskCancelled
 from django_rtq.models import FinishedTask
+from tests.support.aio import run_async
 from tests.support.clock import queue_now
 from tests.support.factories import WORKER, claim_ids, done
 from tests.support.polling import wait_for
@@ -189,19 +187,6 @@ def test_queue_priority_and_run_after_are_honoured(mirroring, inspector):
     assert (live.queue, live.state, live.message.priority) == ("low", TaskState.SCHEDULED, 10)
     assert live.score_at == pytest.approx(later.timestamp(), abs=0.01)
     assert result.status == TaskResultStatus.READY
-
-
-def run_async(coroutine):
-    """Run a coroutine as a test would outside a request: the ORM queries it makes run in
-    asgiref's thread, whose connection nothing else closes (an ASGI request would)."""
-
-    async def then_close():
-        try:
-            return await coroutine
-        finally:
-            await sync_to_async(connections.close_all)()
-
-    return asyncio.run(then_close())
 
 
 def test_async_result_api(mirroring, run_worker):

@@ -347,6 +347,7 @@ def test_task_shows_every_field(rtq: Broker, clock: FakeClock):
         "parent": "-",
         "parent_queue": "-",
         "position": "-",
+        "trace": "-",
         "started_at": START,
         "failed_at": "2023-11-14 22:13:22 UTC",
         "worker": WORKER,

@@ -65,7 +65,12 @@ undefined_name  # the error a user makes
 def site(tmp_path, prefix, redis_url):
     """Write a project (settings, apps) into tmp_path; return a function running python in it."""
 
-    def make(*, apps: dict[str, dict[str, str]], task_modules: list[str] | None = None):
+    def make(
+        *,
+        apps: dict[str, dict[str, str]],
+        task_modules: list[str] | None = None,
+        installed: list[str] | None = None,
+    ):
         for app, modules in apps.items():
             package = tmp_path / app
             package.mkdir()
@@ -73,7 +78,10 @@ def site(tmp_path, prefix, redis_url):
             for name, source in modules.items():
                 (package / f"{name}.py").write_text(textwrap.dedent(source))
         (tmp_path / "site_settings.py").write_text(
-            SETTINGS.format(apps=", ".join(map(repr, apps)), task_modules=repr(task_modules or []))
+            SETTINGS.format(
+                apps=", ".join(map(repr, apps if installed is None else installed)),
+                task_modules=repr(task_modules or []),
+            )
         )
         env = {
             **os.environ,
@@ -143,3 +151,56 @@ def test_a_task_module_that_fails_to_import_leaves_other_commands_working(site):
     assert worker.returncode == 1  # it refuses to start rather than archive the module's tasks
     assert "The worker does not start: it would archive the tasks of these task modules" in worker.stderr
     assert "kiosk.tasks:\nTraceback (most recent call last):" in worker.stderr
+
+
+# Task types no rule finds: the check W014 and a warning at their first enqueue
+
+BILLING_TASKS = """
+from django_rtq import task
+
+
+@task
+def charge(number):
+    return number
+"""
+
+
+def enqueue_and_check(module: str, function: str) -> str:
+    """A script: set up Django, import `module` (as a view of the web process would), enqueue
+    `function` of it, run the checks."""
+    return (
+        "import django, importlib; django.setup()\n"
+        f"importlib.import_module({module!r}).{function}.enqueue('7')\n"
+        "from django.core.management import call_command; call_command('check')\n"
+    )
+
+
+def test_a_task_of_an_app_not_installed_is_named_by_check_and_at_enqueue(site):
+    run = site(apps={"billing": {"apps": "", "models": "", "tasks": BILLING_TASKS}}, installed=[])
+    done = run("-c", enqueue_and_check("billing.tasks", "charge"))
+    assert done.returncode == 0, done.stderr
+    why = (
+        "The task type 'billing.tasks.charge' may never run: its module 'billing.tasks' is in the app "
+        "'billing', which is not in INSTALLED_APPS"
+    )
+    assert f"billing.tasks.charge: (django_rtq.W014) {why}" in done.stderr  # manage.py check
+    assert done.stderr.count(why) == 2  # and, first, a warning at the enqueue
+    assert "HINT: Add its app to INSTALLED_APPS, or define it in the app's tasks module" in done.stderr
+
+
+def test_a_task_named_otherwise_outside_the_startup_modules_is_named_by_check(site):
+    run = site(apps={"kiosk": {"jobs": JOBS}})
+    done = run("-c", enqueue_and_check("kiosk.jobs", "renamed"))
+    assert done.returncode == 0, done.stderr
+    assert (
+        "kiosk-renamed: (django_rtq.W014) The task type 'kiosk-renamed' may never run: it has a name of "
+        "its own (name=) and its module 'kiosk.jobs' is not one the workers import at start-up"
+    ) in done.stderr
+    assert "kiosk.jobs.stamp" not in done.stderr  # found by its path: no warning
+
+
+def test_a_task_named_otherwise_in_task_modules_gets_no_warning(site):
+    run = site(apps={"kiosk": {"jobs": JOBS}}, task_modules=["kiosk.jobs"])
+    done = run("-c", enqueue_and_check("kiosk.jobs", "renamed"))
+    assert done.returncode == 0, done.stderr
+    assert "W014" not in done.stderr and "may never run" not in done.stderr

@@ -4,12 +4,9 @@ tasks run under real workers (in this process, or a real `rtq_worker` process)."
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from asgiref.sync import sync_to_async
-from django.db import connections
 from django.utils import timezone
 
 from django_rtq.backends import DjangoInvalidTask, TaskResultStatus
@@ -17,6 +14,7 @@ from django_rtq.broker import TaskState, manual
 from django_rtq.exceptions import NonRetryableError, TaskCancelled
 from django_rtq.registry import get_task_type
 from django_rtq.testing import run_eagerly
+from tests.support.aio import run_async
 from tests.support.clock import queue_now
 from tests.support.django_tasks import djangos_signals, of, wait_status
 from tests.support.factories import WORKER, claim_ids, done
@@ -33,18 +31,6 @@ BOTH_QUEUES = {"default": 1, "low": 1}
 
 def path(error_class: type) -> str:
     return f"{error_class.__module__}.{error_class.__qualname__}"
-
-
-def run_async(coroutine):
-    """Run a coroutine as a view would, closing the connections of asgiref's thread after."""
-
-    async def then_close():
-        try:
-            return await coroutine
-        finally:
-            await sync_to_async(connections.close_all)()
-
-    return asyncio.run(then_close())
 
 
 def go(name: str) -> None:

@@ -3,13 +3,12 @@ batches by the worker, exactly once, through a database outage; and the prune co
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
-from django.db import OperationalError, connection, connections
+from django.db import OperationalError, connection
 from django.utils import timezone
 
 from django_rtq.broker import TaskMessage, TaskState, manual
@@ -18,7 +17,6 @@ from django_rtq.models import FinishedTask
 from django_rtq.worker.mirrorer import BACKLOG_STEP, BUSY_SHARE, MAX_BUSY_SHARE, Mirrorer, busy_share
 from tests.support.factories import WORKER, claim_ids, done, fail, message
 from tests.support.polling import wait_for
-from tests.support.proxy import TCPProxy
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -32,53 +30,6 @@ def small_mirror_batches(settings):
 
 def buffered(broker, queue="default") -> int:
     return broker.client.hlen(broker.queue(queue).finished)
-
-
-class SQLiteOutage:
-    """Another connection holding an exclusive lock: every write fails with 'database is locked'."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.holder: sqlite3.Connection | None = None
-
-    def down(self) -> None:
-        self.holder = sqlite3.connect(self.path, isolation_level=None)
-        self.holder.execute("BEGIN EXCLUSIVE")
-
-    def up(self) -> None:
-        self.holder.execute("ROLLBACK")
-        self.holder.close()
-
-
-class PostgreSQLOutage:
-    """The worker reaches PostgreSQL through a proxy that is cut: connections drop, new ones fail."""
-
-    def __init__(self, proxy: TCPProxy) -> None:
-        self.proxy = proxy
-
-    def down(self) -> None:
-        self.proxy.down()
-
-    def up(self) -> None:
-        self.proxy.up()
-
-
-@pytest.fixture
-def database_outage():
-    if connection.vendor == "sqlite":
-        yield SQLiteOutage(connection.settings_dict["NAME"])
-        return
-    assert connection.vendor == "postgresql"
-    connection.ensure_connection()  # this thread's connection goes straight to the server
-    shared = connections.settings["default"]  # the settings new (worker-thread) connections use
-    original = shared["HOST"], shared["PORT"]
-    proxy = TCPProxy(original[0] or "127.0.0.1", int(original[1] or 5432)).up()
-    shared["HOST"], shared["PORT"] = "127.0.0.1", str(proxy.port)
-    try:
-        yield PostgreSQLOutage(proxy)
-    finally:
-        shared["HOST"], shared["PORT"] = original
-        proxy.down()
 
 
 def test_finished_tasks_are_mirrored_with_their_outcome(mirroring, broker, run_worker):

@@ -17,6 +17,7 @@ from django_rtq.broker.states import ACTION_STATES, Action, skip_reason
 from django_rtq.exceptions import BulkJobNotFound, InvalidStateTransition, QueueNotFound, TaskNotFound
 from django_rtq.models import FinishedTask
 from django_rtq.operations import WORKFLOW_RUN_REASON, Operations
+from django_rtq.task_view import TaskView
 from tests.support.factories import BILLING, EMAILS, WORKER, claim_ids, done, enqueue, make_tasks
 from tests.support.users import user_with
 from tests.testapp import api_tasks
@@ -212,6 +213,34 @@ def test_a_task_is_found_live_then_in_the_buffer_then_in_the_orm(mirroring, brok
         Operations().find_task("old", EMAILS)
     with pytest.raises(TaskNotFound, match=r"No task with id 'nope'\."):
         Operations().find_task("nope")
+
+
+def test_get_task_gives_one_view_of_a_live_task_and_of_a_finished_one(mirroring, broker):
+    ops = Operations()
+    [live] = make_tasks(broker, S.RETRY)
+    finished = finish(broker)
+    FinishedTask.objects.create(
+        task_id="old",
+        queue=BILLING,
+        task_name="t",
+        status=FinishedTask.Status.FAILED,
+        error_message="boom",
+        finished_at=timezone.now(),
+    )
+
+    views = {task_id: ops.get_task(task_id) for task_id in (live, finished, "old")}
+    assert all(isinstance(view, TaskView) for view in views.values())
+    # The same names whether the task is live or finished (not .status nor .return_value).
+    assert [(v.id, v.state, v.live) for v in views.values()] == [
+        (live, S.RETRY, True),
+        (finished, S.COMPLETED, False),
+        ("old", S.ARCHIVED, False),
+    ]
+    assert (views[finished].result, views["old"].error) == (42, "boom")
+    with pytest.raises(TaskNotFound, match=r"No task with id 'nope'\."):
+        ops.get_task("nope")
+    with pytest.raises(PermissionDenied, match=HISTORY):
+        Operations(user_with(VIEW)).get_task(finished)  # as find_task: history needs its permission
 
 
 def test_a_finished_task_needs_the_history_permission_and_a_live_one_the_live_one(mirroring, broker):

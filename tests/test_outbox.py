@@ -20,7 +20,7 @@ from django_rtq import outbox, sending, signals
 from django_rtq.backends import TaskResultStatus
 from django_rtq.broker import TaskMessage
 from django_rtq.broker.broker import OUTBOX_DROPPED, OUTBOX_SENT, OUTBOX_SENT_BEFORE
-from django_rtq.checks import check_outbox_table
+from django_rtq.checks import check_tables
 from django_rtq.connection import get_broker, note_redis_away, redis_recently_away, reset_broker
 from django_rtq.exceptions import BrokerUnavailable, DuplicateTask, TaskIdConflict
 from django_rtq.models import OutboxTask
@@ -462,17 +462,6 @@ def test_with_the_fallback_a_database_down_too_raises_broker_unavailable(redis_a
 # django.tasks
 
 
-@pytest.fixture
-def outbox_backend(settings):
-    settings.TASKS = {
-        "default": {
-            "BACKEND": "django_rtq.backends.RTQBackend",
-            "QUEUES": ["default", "low"],
-            "OPTIONS": {"OUTBOX": True},
-        }
-    }
-
-
 def test_the_backend_with_outbox_sends_a_task_enqueued_in_a_transaction_at_the_commit(outbox_backend, broker):
     with transaction.atomic():
         result = dtasks.multiply.enqueue(2, 3)
@@ -564,11 +553,11 @@ def test_outbox_stats_count_the_rows_their_oldest_and_the_failing(broker):
 
 
 def test_the_check_warns_when_the_outbox_table_is_missing(monkeypatch):
-    assert check_outbox_table(databases=["default"]) == []
-    assert check_outbox_table(databases=None) == []
+    assert check_tables(databases=["default"]) == []
+    assert check_tables(databases=None) == []
     monkeypatch.setattr(type(connection.introspection), "table_names", lambda self, cursor=None: [])
 
-    [warning] = check_outbox_table(databases=["default"])
+    [warning] = check_tables(databases=["default"])
     assert warning.id == "django_rtq.W008" and isinstance(warning, checks.Warning)
     assert "django_rtq_outboxtask" in warning.msg
 
@@ -584,6 +573,27 @@ def test_a_worker_relays_the_outbox_and_runs_its_tasks(run_worker, broker, redis
         wait_for(lambda: len(redis_client.lrange(report_key("relayed"), 0, -1)) == 5, message="5 runs")
 
     assert sorted(redis_client.lrange(report_key("relayed"), 0, -1)) == ["0", "1", "2", "3", "4"]
+    assert not OutboxTask.objects.exists()
+
+
+def test_a_burst_worker_relays_the_due_rows_runs_their_tasks_then_exits(broker, redis_client):
+    from django_rtq.worker.server import Worker
+
+    # More than a relay's batch: a relay thread beside the drain used to lose the race (#27).
+    outbox.store([tasks.record.prepare("burst-relayed", i) for i in range(600)], using="default")
+    make_due()
+
+    done = threading.Event()
+    worker = Worker(broker=broker, queues={"default": 1}, burst=True, relay=True)
+    runner = threading.Thread(target=lambda: (worker.run(), done.set()))
+    runner.start()
+    runner.join(timeout=30)
+    if not done.is_set():
+        worker.request_stop()
+        runner.join()
+
+    assert done.is_set(), "the burst worker did not exit"
+    assert sorted(map(int, redis_client.lrange(report_key("burst-relayed"), 0, -1))) == list(range(600))
     assert not OutboxTask.objects.exists()
 
 
@@ -662,7 +672,7 @@ def test_the_outbox_check_runs_only_when_databases_are_asked_for():
     from django.core.checks import run_checks
 
     # Django 6 gives every database to the checks of a tag: this one is not under django_rtq's.
-    assert "check_outbox_table" not in [
+    assert "check_tables" not in [
         c.__name__ for c in checks.registry.registry.get_checks() if "django_rtq" in c.tags
     ]
     assert all(m.id != "django_rtq.W008" for m in run_checks(databases=["default"]))

@@ -73,6 +73,9 @@ def test_non_json_arguments_are_refused_at_enqueue(broker, args, expected):
         ({"timeout": "soon"}, "timeout must be a non-negative number"),
         ({"queue": "a{b}"}, "Queue name"),
         ({"delay": 1, "process_at": 5}, "not both"),
+        # Celery's expires=60, made a deadline: a moment in 1970, which would archive it unrun
+        ({"deadline": 60}, r"read as epoch seconds, a moment in 1970; .*deadline=timedelta\(seconds=60\)"),
+        ({"process_at": 3600.0}, r"process_at=timedelta\(seconds=3600.0\)"),
     ],
 )
 def test_bad_options_are_refused_with_a_clear_error(broker, options, expected):
@@ -149,3 +152,57 @@ def test_enqueue_on_commit_waits_for_the_commit(broker):
         raise RuntimeError
     with pytest.raises(Exception, match="No task"):
         inspector.live_task(rolled_back.id)
+
+
+# Celery's habits, and functions a worker could not import
+
+
+@pytest.mark.parametrize(
+    ("attribute", "expected"),
+    [
+        ("delay", "use add.enqueue(*args, **kwargs)."),
+        ("apply_async", "add.using(delay=seconds, queue=..., priority=...).enqueue(*args, **kwargs)"),
+        ("signature", "use add.s(*args, **kwargs)"),
+        ("AsyncResult", "Operations().get_task(task_id)"),
+    ],
+)
+def test_celerys_names_say_what_to_use_instead(attribute, expected):
+    with pytest.raises(AttributeError) as raised:
+        getattr(tasks.add, attribute)
+    message = str(raised.value)
+    assert message.startswith(f"'TaskType' object has no attribute '{attribute}' (Celery's name): ")
+    assert expected in message
+    assert message.endswith("docs/celery.md maps Celery's names to django-rtq's.")
+
+
+def test_other_missing_attributes_raise_the_usual_error():
+    with pytest.raises(AttributeError, match=r"^'TaskType' object has no attribute 'nope'$"):
+        tasks.add.nope  # noqa: B018
+    assert not hasattr(tasks.add, "nope") and getattr(tasks.add, "nope", None) is None
+
+
+def test_a_lambda_is_refused_as_no_worker_could_import_it():
+    name = "tests.test_registry.test_a_lambda_is_refused_as_no_worker_could_import_it.<locals>.<lambda>"
+    with pytest.raises(ImproperlyConfigured) as refused:
+        task(lambda x: x * 2)
+    assert str(refused.value).startswith(f"@task cannot take a lambda ({name}): a worker imports a task type")
+    assert not [name for name in registered_tasks() if "<lambda>" in name]
+
+
+def test_a_nested_function_is_refused_as_no_worker_could_import_it():
+    def double(x):
+        return x * 2
+
+    with pytest.raises(ImproperlyConfigured, match="cannot take a function defined inside another"):
+        task(queue="default")(double)
+    assert not [name for name in registered_tasks() if "<locals>" in name]
+
+
+def test_a_lambda_given_a_name_is_taken(settings):
+    from django_rtq.registry import unregister_task
+
+    double = task(name="tests.registry.double")(lambda x: x * 2)
+    try:
+        assert get_task_type("tests.registry.double") is double and double(4) == 8
+    finally:
+        unregister_task("tests.registry.double")

@@ -11,7 +11,7 @@ import pytest
 from redis.crc import key_slot
 from redis.exceptions import ClusterCrossSlotError, RedisClusterException
 
-from django_rtq.broker import Broker, TaskState, bulk, manual, workflow
+from django_rtq.broker import Broker, TaskState, bulk, forgetting, manual, workflow
 from django_rtq.broker.keys import Keyspace
 from django_rtq.broker.scripts import LuaScript, key_pattern, load_scripts
 from django_rtq.broker.states import Action
@@ -129,6 +129,9 @@ def exercise_every_operation(broker: Broker, clock: FakeClock) -> None:
     broker.send_outboxed(outboxed)
     broker.send_outboxed([outboxed[0], message(BILLING)])
     exercise_workflows(broker, clock)
+    forgetting.forget_now(broker, SEARCH)  # in use
+    forgetting.forget_now(broker, "forgettable")  # unused: forgotten
+    forgetting.look_again(broker)
 
 
 def exercise_workflows(broker: Broker, clock: FakeClock) -> None:

@@ -9,6 +9,7 @@ import json
 import logging
 import re
 from contextlib import contextmanager
+from dataclasses import replace
 
 import pytest
 from django.contrib.auth.models import User
@@ -16,25 +17,31 @@ from django.contrib.auth.models import User
 from django_rtq.broker import TaskMessage, TaskState, manual
 from django_rtq.broker import message as message_module
 from django_rtq.broker.attempt import AttemptInfo, check_info_version, info_version, parse_info
+from django_rtq.broker.message import FIELD_SINCE
 from django_rtq.broker.scripts import LUA_DIR
 from django_rtq.broker.states import Action
 from django_rtq.broker.versions import INFO_FORMAT, MESSAGE_FORMAT, WORKFLOW_FORMAT, NewerFormat
+from django_rtq.broker.waiting import NEWER_FORMAT, waiting_for_worker
 from django_rtq.broker.workflow import NewerWorkflow, cancel_workflow, child_outcome, start_postponed
 from django_rtq.connection import get_broker, reset_broker
 from django_rtq.operations import NEWER_WORKFLOW_REASON, Operations
 from django_rtq.worker.commander import CommandRetries
+from django_rtq.worker.processor import abilities
 from django_rtq.workflows import apply_due, chain, group
 from tests.support.factories import EMAILS, WORKER, claim_ids, enqueue
 from tests.support.polling import wait_for
 from tests.support.runs import reports, task_state
 from tests.support.stored_formats import (
     SHAPES,
+    TRACE_PARENT,
     build_shape,
     current_dir,
     load_keys,
+    newest_fixture,
     read_keys,
     version_dirs,
 )
+from tests.testapp import tasks
 from tests.testapp.wf_tasks import add, mark, mul
 
 KEEP = 60
@@ -120,10 +127,14 @@ def test_the_current_writers_write_the_shapes_of_the_current_version(settings, r
 
     for shape in SHAPES:
         written = build_shape(shape, redis_client, broker_for)
-        stored = json.loads((directory / f"{shape.name}.json").read_text())
+        path = newest_fixture(shape.name)
+        assert path is not None, (
+            f"no fixture of the shape {shape.name!r}: add it with python -m tests.support.stored_formats"
+        )
+        stored = json.loads(path.read_text())
         assert written["keys"] == stored["keys"], (
             f"The writers changed the stored shape {shape.name!r} of format version {stored['formats']} "
-            f"(tests/data/formats/{directory.name}/{shape.name}.json). A stored shape is a contract: "
+            f"(tests/data/formats/{path.parent.name}/{shape.name}.json). A stored shape is a contract: "
             "raise the format version in django_rtq/broker/versions.py (and teach the readers the "
             "old one), then add the fixtures of the new version with python -m "
             "tests.support.stored_formats. Never edit the fixtures of an old version."
@@ -159,14 +170,47 @@ def test_a_message_of_this_format_or_an_older_one_reads_as_ever():
         assert not isinstance(refused.value, NewerFormat)
 
 
-def test_version_1_is_never_written_and_a_later_one_is_written_second(monkeypatch):
-    message = TaskMessage(id="t1", task="shop.tasks.pay", queue=EMAILS, args=[1], priority=5)
-    if MESSAGE_FORMAT == 1:
-        assert '"v"' not in message.to_json()
-    monkeypatch.setattr(message_module, "MESSAGE_FORMAT", MESSAGE_FORMAT + 1)
-    written = message.to_json()
-    assert written.startswith(f'{{"task":"shop.tasks.pay","v":{MESSAGE_FORMAT + 1},')
-    assert TaskMessage.from_json(written, id="t1", queue=EMAILS) == message
+def test_a_message_is_written_in_the_oldest_format_that_holds_its_fields():
+    plain = TaskMessage(id="t1", task="shop.tasks.pay", queue=EMAILS, args=[1], priority=5)
+    assert plain.version() == 1 and '"v"' not in plain.to_json()
+    traced = replace(plain, trace={"traceparent": TRACE_PARENT})
+    written = traced.to_json()
+    assert traced.version() == 2 == FIELD_SINCE["trace"] <= MESSAGE_FORMAT
+    assert written.startswith('{"task":"shop.tasks.pay","v":2,')
+    assert TaskMessage.from_json(written, id="t1", queue=EMAILS) == traced
+    # A field of format 2 in a message that says format 1 is corrupt, not of a newer format.
+    with pytest.raises(ValueError, match="fields of a later one") as refused:
+        TaskMessage.from_json(json.dumps({"task": "x", "trace": {"a": "b"}}), id="t1", queue=EMAILS)
+    assert not isinstance(refused.value, NewerFormat)
+    with pytest.raises(ValueError, match="out of its range"):
+        TaskMessage.from_json(json.dumps({"task": "x", "v": 2, "trace": {"a": 1}}), id="t1", queue=EMAILS)
+
+
+def test_a_worker_that_reads_format_1_leaves_a_traced_message_and_runs_the_others(
+    broker, inspector, run_worker, redis_client, monkeypatch
+):
+    """Format 2 is written only for a message that carries a trace context: a worker of a
+    release that reads format 1 runs every other one, and leaves that one (never archives it)
+    for a worker that reads it."""
+    plain = tasks.add.using(task_id="plain").enqueue(1, 2).id
+    traced = tasks.add.using(task_id="traced").enqueue(3, 4).id
+    qk = broker.queue("default")
+    message = TaskMessage.from_json(redis_client.hget(qk.msg, traced), id=traced, queue="default")
+    redis_client.hset(qk.msg, traced, replace(message, trace={"traceparent": TRACE_PARENT}).to_json())
+
+    with monkeypatch.context() as older_release:
+        older_release.setattr(message_module, "MESSAGE_FORMAT", 1)
+        older_release.setattr(abilities, "READABLE", {**abilities.READABLE, "message": 1})
+        with run_worker(queues={"default": 1}):
+            wait_for(lambda: task_state(inspector, plain) == TaskState.COMPLETED, message="the plain task")
+            [waiting] = wait_for(lambda: waiting_for_worker(broker, "default"), message="the traced task")
+    assert (waiting.why, waiting.count) == (NEWER_FORMAT, 1)
+    assert waiting.reason == "its stored message is of format version 2; this release reads up to 1"
+    assert task_state(inspector, traced) != TaskState.ARCHIVED
+
+    with run_worker(queues={"default": 1}):
+        wait_for(lambda: task_state(inspector, traced) == TaskState.COMPLETED, message="the traced task")
+    assert inspector.get_task(traced).result == 7
 
 
 # Attempt info

@@ -385,3 +385,69 @@ def test_eager_runs_django_tasks_and_tasks_enqueued_on_commit(prefix):
         assert done[0][:2] == ("receipt", 8)
     assert runs.runs[0].message.id == result.id
     assert runs.results == [42, "receipt 8"]
+
+
+# Tasks enqueued on commit, in a test whose transaction never commits
+
+
+@pytest.mark.django_db
+def test_a_task_waiting_for_the_tests_commit_is_named_by_the_failure(prefix, outbox_backend):
+    with capture_tasks() as captured:
+        dtasks.multiply.enqueue(2, 3)
+
+    assert captured.tasks == [] and len(captured.waiting_for_commit()) == 1
+    with pytest.raises(AssertionError) as failure:
+        captured.assert_enqueued(dtasks.multiply)
+    assert str(failure.value) == (
+        "Expected tests.testapp.dtasks.multiply to be enqueued, but it was not.\n"
+        "Nothing was enqueued.\n"
+        "1 task enqueued on commit waits for a commit that has not happened (a test's transaction "
+        "never commits):\n"
+        "  - tests.testapp.dtasks.multiply(args=[2, 3], kwargs={}) queue='default'\n"
+        "Run the on-commit callbacks to capture them: with TestCase.captureOnCommitCallbacks("
+        "execute=True), or pytest-django's django_capture_on_commit_callbacks(execute=True) fixture, "
+        "around the code that enqueues; or use a transactional test (TransactionTestCase, "
+        "@pytest.mark.django_db(transaction=True))."
+    )
+
+
+@pytest.mark.django_db
+def test_the_advice_of_the_failure_captures_the_task(
+    prefix, outbox_backend, django_capture_on_commit_callbacks
+):
+    with capture_tasks() as captured, django_capture_on_commit_callbacks(execute=True):
+        dtasks.multiply.enqueue(2, 3)
+        send_receipt.enqueue_on_commit(7)
+
+    captured.assert_enqueued(dtasks.multiply, args=[2, 3])
+    captured.assert_enqueued(send_receipt, args=[7])
+    assert captured.waiting_for_commit() == []
+
+
+@pytest.mark.django_db
+def test_enqueue_on_commit_waiting_is_listed_after_what_was_enqueued(prefix):
+    with capture_tasks() as captured:
+        echo_arguments.enqueue("now")
+        send_receipt.enqueue_on_commit(7)
+
+    with pytest.raises(AssertionError) as failure:
+        captured.assert_enqueued(send_receipt, args=[7])
+    lines = str(failure.value).splitlines()
+    assert lines[1:4] == [
+        "Enqueued (1):",
+        f"  - {echo_arguments.name}(args=['now'], kwargs={{}}) queue='default'",
+        "1 task enqueued on commit waits for a commit that has not happened "
+        "(a test's transaction never commits):",
+    ]
+    assert lines[4] == f"  - {send_receipt.name}(args=[7], kwargs={{}}) queue='emails'"
+
+
+@pytest.mark.django_db
+def test_a_task_whose_savepoint_rolled_back_is_not_said_to_wait(prefix):
+    with capture_tasks() as captured, pytest.raises(ZeroDivisionError), transaction.atomic():
+        send_receipt.enqueue_on_commit(7)
+        1 / 0  # noqa: B018
+
+    assert captured.waiting_for_commit() == []
+    with pytest.raises(AssertionError, match=r"Nothing was enqueued\.$"):
+        captured.assert_enqueued(send_receipt)

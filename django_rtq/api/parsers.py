@@ -1,4 +1,4 @@
-"""The API's request bodies: JSON only, bounded in depth, and a body-less POST without a content type."""
+"""The API's request bodies: JSON only, bounded in depth, and an empty body taken as `{}`."""
 
 from __future__ import annotations
 
@@ -62,15 +62,15 @@ def body_length(request: Request) -> int:
 
 
 def check_json_body(request: Request) -> None:
-    """Every POST is JSON: `application/json`, or no content type and no body at all (curl -X POST).
+    """Every POST is JSON: `application/json`, or an empty body of any content type (taken as `{}`).
 
-    A body is parsed now, even where the view reads none, so that a broken one is a 400 everywhere;
-    anything else is a 415.
+    An empty body is `{}` whatever its content type says: `curl -X POST` sends none, and a WSGI
+    server may name one anyway (wsgiref, under `runserver`, gives `text/plain`). A body is parsed
+    now, even where the view reads none, so that a broken one is a 400 everywhere; a body of any
+    other content type is a 415.
     """
-    kind, length = media_type(request), body_length(request)
-    if not kind and not length:
-        return
-    if kind != JSON_MEDIA_TYPE:
-        raise UnsupportedMediaType(kind or "(none)")
-    if length:
-        request.data  # noqa: B018 -- parse it: ParseError (400) if it is not JSON
+    if not body_length(request):
+        return  # DRF reads an empty body as no data at all (an empty dict, or QueryDict for a form)
+    if media_type(request) != JSON_MEDIA_TYPE:
+        raise UnsupportedMediaType(media_type(request) or "(none)")
+    request.data  # noqa: B018 -- parse it: ParseError (400) if it is not JSON

@@ -792,6 +792,13 @@ class Broker:
             found = pipe.execute()
         return {queue: record for queue, record in zip(queues, found, strict=True) if record}
 
+    def take_prune_turn(self, worker_id: str, *, ttl_ms: int) -> bool:
+        """Take the turn to prune the ORM mirror for `ttl_ms` (on Redis's clock), unless another
+        worker holds it; return whether this one took it. Not released: no one prunes again
+        before it expires."""
+        with translate_errors():
+            return bool(self.client.set(self.keys.mirror_prune_turn, worker_id, nx=True, px=ttl_ms))
+
     # Queue control and cancellation
 
     def pause(self, queue: str) -> None:

@@ -18,6 +18,17 @@ ENQUEUE_KEYS = (
     "msg", "state", "priority", "pending", "scheduled", "seq", "active", "owner", "idle", "paused", "runs",
 )  # fmt: skip
 
+#: The keys forget_queue.lua takes, in its header's order (QueueKeys names them): three it reads
+#: apart, then those whose existence means the queue is in use (tasks in any state, work under
+#: way, a pause), then those it deletes when it forgets the queue.
+FORGET_KEYS = (
+    "empty_since", "idle", "applied",
+    "pending", "active", "scheduled", "retry", "archived", "completed", "waiting", "state", "msg",
+    "held", "parked", "unstarted", "commands", "command", "finished", "bulk", "outboxed", "paused",
+    "seq", "timings", "periodic", "parked_kinds", "buckets", "running", "slots", "info", "result",
+    "owner", "priority", "runs", "progress", "began",
+)  # fmt: skip
+
 
 @dataclass(frozen=True, slots=True)
 class QueueKeys:
@@ -30,6 +41,10 @@ class QueueKeys:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "enqueue_keys", tuple(self.prefix + name for name in ENQUEUE_KEYS))
+
+    @property
+    def forget_keys(self) -> tuple[str, ...]:  # FORGET_KEYS of this queue
+        return tuple(self.prefix + name for name in FORGET_KEYS)
 
     # Sorted sets of task ids
     @property
@@ -172,6 +187,11 @@ class QueueKeys:
     def outboxed(self) -> str:  # ZSET id -> when (ms) the outbox first sent it: a re-send is a no-op
         return self.prefix + "outboxed"
 
+    # Forgetting a queue nothing uses (broker/forgetting.py)
+    @property
+    def empty_since(self) -> str:  # STRING: since when (ms) a janitor has found the queue unused
+        return self.prefix + "empty_since"
+
     def bulk_lock(self, job_id: str) -> str:  # STRING held by whoever is carrying a bulk job on
         return f"{self.prefix}bulk_lock:{job_id}"
 
@@ -228,12 +248,18 @@ class Keyspace:
 
     def __init__(self, prefix: str = DEFAULT_KEY_PREFIX) -> None:
         self.prefix = prefix
-        self.queues = f"{prefix}:queues"  # SET of queue names ever enqueued to
+        self.queues = f"{prefix}:queues"  # SET of queue names enqueued to (until forgotten)
         self.workers = f"{prefix}:workers"  # ZSET worker id -> heartbeat expiry (ms)
         self.cancel_channel = f"{prefix}:cancel"  # pub/sub channel of task ids to cancel
         # HASH "<task>\1<signature fingerprint>" -> last seen (ms): the handler signatures that
         # processes enqueueing or running each task type have (broker/waiting.py)
         self.signatures = f"{prefix}:signatures"
+        # ZSET queue -> when (ms) it was forgotten: queues left out of `queues` lately, which the
+        # janitors look at again for a while in case a task came meanwhile (broker/forgetting.py)
+        self.forgotten = f"{prefix}:forgotten"
+        # STRING, with a TTL: the id of the worker whose turn it is to prune the ORM mirror; no
+        # other prunes until it expires (django_rtq/worker/pruner.py)
+        self.mirror_prune_turn = f"{prefix}:mirror_prune_turn"
 
     def queue_prefix(self, queue: str) -> str:
         return f"{self.prefix}:{{{queue}}}:"

@@ -36,21 +36,34 @@ class TaskMessage:
     parent: str | None = None  # id of the workflow this task is a step or child of
     parent_queue: str | None = None  # the workflow's queue
     position: int | str | None = None  # the child's place in its workflow
+    # the trace context of its enqueue (W3C traceparent/tracestate...: tracing.py); format 2
+    trace: dict[str, str] | None = None
 
     def to_json(self) -> str:
         """The message as stored: its fields in declaration order, leaving out the id and the
         queue (its reader knows them: the msg hash's field, the key's hash tag) and those that
         hold their default (from_json puts them back), but enqueued_at (see _ALWAYS_STORED).
         Its format version "v" comes second, right after the task (the claim script reads it
-        with an anchored pattern), and only above version 1 (never written: see versions.py)."""
+        with an anchored pattern), and only above version 1 (never written: see versions.py):
+        a message is written in the oldest format that holds its fields (`version`)."""
         data: dict[str, Any] = {"task": self.task}
-        if MESSAGE_FORMAT > 1:
-            data["v"] = MESSAGE_FORMAT
+        version = self.version()
+        if version > 1:
+            data["v"] = version
         for name, default in _OPTIONAL_FIELDS:
             value = getattr(self, name)
             if value != default or name in _ALWAYS_STORED:
                 data[name] = value
         return _ENCODER.encode(data)
+
+    def version(self) -> int:
+        """The oldest format version that holds this message: a field of a later format, away
+        from its default, raises it (a worker of an older release leaves the task, rather than
+        archive it for a field it does not know)."""
+        return max(
+            (since for name, since in FIELD_SINCE.items() if getattr(self, name) != _DEFAULTS[name]),
+            default=1,
+        )
 
     @classmethod
     def from_json(cls, raw: str | bytes, *, id: str, queue: str) -> TaskMessage:
@@ -65,10 +78,14 @@ class TaskMessage:
         data = json.loads(raw)
         if not isinstance(data, dict):
             raise ValueError("task message is not a JSON object")
-        if "v" in data:
-            version = stored_version(data.pop("v"))
-            if version > MESSAGE_FORMAT:
-                raise NewerFormat("message", version, MESSAGE_FORMAT)
+        version = stored_version(data.pop("v", None))
+        if version > MESSAGE_FORMAT:
+            raise NewerFormat("message", version, MESSAGE_FORMAT)
+        later = [
+            name for name, since in FIELD_SINCE.items() if since > version and data.get(name) is not None
+        ]
+        if later:
+            raise ValueError(f"task message of format {version} has fields of a later one: {later}")
         data.pop("id", None)
         data.pop("queue", None)
         try:
@@ -93,6 +110,10 @@ _OPTIONAL_FIELDS: tuple[tuple[str, Any], ...] = tuple(
     for f in fields(TaskMessage)
     if f.default is not MISSING or f.default_factory is not MISSING
 )
+_DEFAULTS = dict(_OPTIONAL_FIELDS)
+#: The fields added after format version 1, each with the version that added it (MESSAGE_FORMAT
+#: at most): a message that holds one is written in that version (TaskMessage.version).
+FIELD_SINCE: dict[str, int] = {"trace": 2}
 #: Stored even at its default: the ORM mirror reads the stored JSON itself, and takes a missing
 #: enqueued_at for an unknown time but 0.0 for the epoch.
 _ALWAYS_STORED = frozenset({"enqueued_at"})
@@ -119,6 +140,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "parent": OPTIONAL_STR,
     "parent_queue": OPTIONAL_STR,
     "position": (int, str, type(None)),
+    "trace": (dict, type(None)),
 }
 
 
@@ -129,6 +151,7 @@ _FIELD_RANGES = {
     "timeout": lambda value: value >= 0,
     "retention": lambda value: value >= 0,
     "unique_ttl": lambda value: value >= 0,
+    "trace": lambda value: all(type(k) is str and type(v) is str for k, v in value.items()),
 }
 
 

@@ -10,7 +10,10 @@ meets a version newer than its own leaves the task for a worker of a newer relea
 from __future__ import annotations
 
 #: The task message (TaskMessage, the queue's `msg` column): its "v" field, written second.
-MESSAGE_FORMAT = 1
+#: The newest this release reads; each message is written in the oldest that holds its fields
+#: (TaskMessage.version): 2 only for one that carries a trace context (tracing.py), so that
+#: workers of releases that read only 1 still run every other task.
+MESSAGE_FORMAT = 2
 #: A task's attempt info (AttemptInfo, the queue's `info` column): its "v" fact.
 INFO_FORMAT = 1
 #: A workflow's hash (`wf:<id>`): its "v" field. The same as WORKFLOW_FORMAT in _lib.lua.

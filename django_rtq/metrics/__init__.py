@@ -1,1 +1,5 @@
-"""Prometheus metrics of the queues and workers: mount `django_rtq.metrics.urls` (needs prometheus-client)."""
+"""Prometheus metrics of the queues and workers: mount `django_rtq.metrics.urls` (the `metrics` extra)."""
+
+from ..extras import require_extra
+
+require_extra("metrics", "django_rtq.metrics (the Prometheus endpoint)")

@@ -8,7 +8,12 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import connections, transaction
+
+from .. import sending
 from ..broker.message import TaskMessage
+from ..conf import get_settings
+from ..formats import plural
 from .running import TaskRun, TooManyNestedTasks, run_message
 from .seam import intercept_enqueues
 
@@ -150,10 +155,22 @@ class CapturedTasks:
         lines = "\n".join(f"  - {describe(message)}" for message in found)
         raise AssertionError(f"Expected {what} to be enqueued, but found {_times(len(found))}:\n{lines}")
 
+    def waiting_for_commit(self) -> list[TaskMessage]:
+        """The tasks enqueued on commit (`enqueue_on_commit()`, the `django.tasks` backend with
+        `OUTBOX: True`) while capturing, whose transaction has not committed yet: they are
+        captured once it does (and never if it rolls back)."""
+        waiting = []
+        for connection in connections.all(initialized_only=True):
+            for _, callback, _ in connection.run_on_commit:
+                if isinstance(callback, _WaitingForCommit) and callback.captured is self and not callback.ran:
+                    waiting.extend(callback.messages)
+        return waiting
+
     def _listing(self, task: Any, fields: dict[str, Any]) -> str:
         """What was enqueued, each with the fields that differ from those expected."""
+        waiting = self._waiting_note()
         if not self.tasks:
-            return "Nothing was enqueued."
+            return "Nothing was enqueued." + waiting
         name = task_name(task)
         lines = [f"Enqueued ({len(self.tasks)}):"]
         for message in list(self.tasks):
@@ -165,7 +182,22 @@ class CapturedTasks:
                 if differ:
                     line += f"  [differs: {', '.join(differ)}]"
             lines.append(line)
-        return "\n".join(lines)
+        return "\n".join(lines) + waiting
+
+    def _waiting_note(self) -> str:
+        waiting = self.waiting_for_commit()
+        if not waiting:
+            return ""
+        lines = "\n".join(f"  - {describe(message)}" for message in waiting)
+        return (
+            f"\n{plural(len(waiting), 'task')} enqueued on commit "
+            f"{'waits' if len(waiting) == 1 else 'wait'} for a commit that has not happened "
+            f"(a test's transaction never commits):\n{lines}\n"
+            "Run the on-commit callbacks to capture them: with TestCase.captureOnCommitCallbacks("
+            "execute=True), or pytest-django's django_capture_on_commit_callbacks(execute=True) "
+            "fixture, around the code that enqueues; or use a transactional test "
+            "(TransactionTestCase, @pytest.mark.django_db(transaction=True))."
+        )
 
     def run_all(self, *, max_depth: int = 10, raise_errors: bool = True) -> list[TaskRun]:
         """Run the handlers of the tasks captured and not run yet, in order, here, with
@@ -200,10 +232,59 @@ class CapturedTasks:
 @contextmanager
 def capture_tasks() -> Iterator[CapturedTasks]:
     """Capture every task enqueued inside the block, from any thread, instead of sending it to
-    Redis: `with capture_tasks() as captured: ...; captured.assert_enqueued(send_receipt, args=[42])`."""
+    Redis: `with capture_tasks() as captured: ...; captured.assert_enqueued(send_receipt, args=[42])`.
+    A task enqueued on commit is captured once its transaction commits; until then the
+    assertions list it as waiting for a commit."""
     captured = CapturedTasks()
-    with intercept_enqueues(captured.record):
+    with intercept_enqueues(captured.record), _noting_on_commit(captured):
         yield captured
+
+
+class _WaitingForCommit:
+    """An on-commit callback that marks, in the connection's list of callbacks, tasks enqueued on
+    commit while capturing. Django drops it with its savepoint's rollback; run, it notes that the
+    callbacks before it ran (`captureOnCommitCallbacks(execute=True)` runs them and keeps them listed)."""
+
+    def __init__(self, captured: CapturedTasks, messages: Sequence[TaskMessage]) -> None:
+        self.captured = captured
+        self.messages = list(messages)
+        self.ran = False
+
+    def __call__(self) -> None:
+        self.ran = True
+
+
+_noting_lock = threading.RLock()
+_noting: list[CapturedTasks] = []
+_original_sending_enqueue = sending.enqueue
+
+
+def _enqueue_noting_on_commit(
+    messages: Sequence[TaskMessage], *, announce: Any, on_commit: bool = False
+) -> None:
+    _original_sending_enqueue(messages, announce=announce, on_commit=on_commit)
+    using = get_settings().OUTBOX_DATABASE
+    if on_commit and connections[using].in_atomic_block:
+        with _noting_lock:
+            captured = _noting[-1] if _noting else None
+        if captured is not None:
+            transaction.on_commit(_WaitingForCommit(captured, messages), using=using)
+
+
+@contextmanager
+def _noting_on_commit(captured: CapturedTasks) -> Iterator[None]:
+    """Note the tasks enqueued on commit inside the block, for `CapturedTasks.waiting_for_commit`."""
+    with _noting_lock:
+        if not _noting:
+            sending.enqueue = _enqueue_noting_on_commit
+        _noting.append(captured)
+    try:
+        yield
+    finally:
+        with _noting_lock:
+            _noting.remove(captured)
+            if not _noting:
+                sending.enqueue = _original_sending_enqueue
 
 
 def _given(**fields: Any) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from django.db import DatabaseError, connections
 from ..broker import Broker
 from ..exceptions import BrokerUnavailable
 from ..mirror import mirror_batch
+from ..tables import migrate_hint, missing_table
 from .component import Component
 
 #: Seconds a worker keeps a queue's mirror lock at least: another takes over if it dies.
@@ -66,9 +67,17 @@ class Mirrorer(Component):
                 mirrored += self._mirror_queue(queue, max_batches)
         except DatabaseError as exc:
             if not self._database_down:
-                self.logger.warning(
-                    "cannot write finished tasks to the database (%s); they wait in Redis", exc
-                )
+                table = missing_table(exc)
+                if table is not None:
+                    self.logger.error(
+                        "cannot write finished tasks to the database: %s (%s); they wait in Redis",
+                        migrate_hint(table, self.using),
+                        exc,
+                    )
+                else:
+                    self.logger.warning(
+                        "cannot write finished tasks to the database (%s); they wait in Redis", exc
+                    )
             self._database_down = True
             connection.close()  # reconnect on the next pass
             return mirrored

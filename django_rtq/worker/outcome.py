@@ -12,11 +12,14 @@ from .. import signals
 from ..broker import Broker, ClaimedTask, TaskMessage, TaskState
 from ..broker.attempt import AttemptInfo, will_retry
 from ..broker.inspect import Inspector
-from ..exceptions import BrokerUnavailable
+from ..exceptions import BrokerUnavailable, TaskCancelled
 from ..registry import get_task_type
 from ..retry import exponential_backoff
 
 logger = logging.getLogger(__name__)
+#: The line each finished attempt gets: a success at INFO (unless RTQ["LOG_FINISHED_TASKS"] is
+#: False), a failure to be retried or a cancellation at WARNING, an archived task at ERROR.
+task_logger = logging.getLogger("django_rtq.tasks")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,28 +89,29 @@ def settle_failure(broker: Broker, failure: Failure, *, worker_id: str) -> TaskS
         return None
     _send_failure_signal(message, exc, retry_at_ms / 1000 if retryable else None, info)
     name = message.task if message else "?"
+    ran = f"after {now - failure.started_at:.3f}s" if failure.started_at is not None else "before it started"
     if retryable:
-        logger.warning(
-            "task %r (%s) of queue %r failed (%s: %s); retry %d of %d in %.1fs",
-            claimed.id,
-            name,
-            claimed.queue,
-            info["error_type"],
-            info["error"],
-            retried + 1,
-            message.max_retries,
-            retry_at_ms / 1000 - now,
-        )
+        level, outcome = logging.WARNING, "failed-will-retry"
+        said = f"failed {ran} ({info['error_type']}: {info['error']}); retry {retried + 1} of "
+        said += f"{message.max_retries} in {max(0.0, retry_at_ms / 1000 - now):.1f}s"
+    elif isinstance(exc, TaskCancelled):
+        level, outcome = logging.WARNING, "cancelled"
+        said = f"cancelled {ran} ({info['error']}); archived"
     else:
-        logger.error(
-            "task %r (%s) of queue %r failed (%s: %s); archived",
-            claimed.id,
-            name,
-            claimed.queue,
-            info["error_type"],
-            info["error"],
-        )
+        level, outcome = logging.ERROR, "archived"
+        said = f"failed {ran} ({info['error_type']}: {info['error']}); archived"
+    duration = None if failure.started_at is None else now - failure.started_at
+    log_finished(level, claimed.id, name, claimed.queue, said, outcome=outcome, duration=duration)
     return target
+
+
+def log_finished(
+    level: int, task_id: str, name: str, queue: str, said: str, *, outcome: str, duration: float | None
+) -> None:
+    """Log the line of a finished attempt on "django_rtq.tasks": "task 'id' (type) of queue 'q'
+    `said`", with its facts as the record's attributes too (for structured logging)."""
+    facts = {"task_id": task_id, "task_name": name, "queue": queue, "outcome": outcome, "duration": duration}
+    task_logger.log(level, "task %r (%s) of queue %r %s", task_id, name, queue, said, extra=facts)
 
 
 def tell_left_out(broker: Broker, queue: str, runs: dict[str, str], *, settled: int, what: str) -> None:

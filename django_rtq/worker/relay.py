@@ -9,6 +9,7 @@ from django.db import DatabaseError, connections
 from ..broker import Broker
 from ..outbox import FORGET_INTERVAL, RELAY_BATCH, forget_sent, relay
 from ..registry import announce_enqueued
+from ..tables import migrate_hint, missing_table
 from .component import Component
 
 
@@ -17,8 +18,8 @@ class Relay(Component):
     workers relay (leases, and `SKIP LOCKED` where the database has it); then forgets the ids
     of sent tasks whose rows are gone.
 
-    While the database is unreachable, or the outbox's table is missing (`migrate` has not
-    run), it warns once and tries again on every pass.
+    While the database is unreachable, or the outbox's table is missing (then it says to run
+    `migrate`), it logs it once and tries again on every pass.
     """
 
     name = "relay"
@@ -48,7 +49,12 @@ class Relay(Component):
                 self._forgot_at = time.monotonic()
         except DatabaseError as exc:
             if not self._database_down:
-                self.logger.warning("cannot read the outbox (%s); it is relayed once it can be", exc)
+                table = missing_table(exc)
+                if table is not None:
+                    hint = migrate_hint(table, self.using)
+                    self.logger.error("cannot relay the outbox: %s (%s)", hint, exc)
+                else:
+                    self.logger.warning("cannot read the outbox (%s); it is relayed once it can be", exc)
             self._database_down = True
             connection.close()  # reconnect on the next pass
             return taken

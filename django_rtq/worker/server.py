@@ -25,12 +25,14 @@ from ..queue_names import named_queues
 from .bulk_runner import BulkRunner
 from .commander import Commander
 from .forwarder import Forwarder
+from .health import HealthBeat, HealthFile, resident_mb
 from .healthchecker import Healthchecker
 from .heartbeater import Heartbeater
 from .janitor import Janitor
 from .mirrorer import Mirrorer
 from .neighbours import NeighbourWatch
 from .processor import Processor
+from .pruner import Pruner
 from .recoverer import Recoverer
 from .redis_watch import RedisWatch
 from .relay import Relay
@@ -44,6 +46,9 @@ logger = logging.getLogger(__name__)
 EXIT_THREAD_DIED = 1
 #: Exit status of a burst worker that gave up waiting for an unreachable Redis.
 EXIT_REDIS_UNREACHABLE = 3
+#: Exit status of a supervised worker process that reached its --max-tasks-per-child or
+#: --max-memory-per-child: its supervisor starts a replacement at once.
+EXIT_RECYCLED = 4
 #: Seconds a burst worker waits for an unreachable Redis before it gives up (by default).
 BURST_GIVE_UP_AFTER = 30.0
 #: Seconds the process of a stopped worker gets to exit by itself before it ends without
@@ -60,6 +65,13 @@ class Worker:
     long as it takes. `relay` says whether it relays the outbox (by default, when the settings
     use it). `watch_redis` says whether its healthchecker checks Redis's configuration and
     looks for restarts that lost the data (not in a test's burst worker, on a throwaway Redis).
+
+    `health` (by default a HealthFile at RTQ["HEALTH_FILE"], if set) is told, several times a
+    second while every thread of the worker is alive, whether Redis answers. With `max_tasks`
+    or `max_memory_mb` (a supervised worker process, --max-tasks-per-child and
+    --max-memory-per-child) it stops claiming once it claimed that many tasks, or once its
+    resident memory exceeds that many MB after a task, stops as on SIGTERM and exits with
+    EXIT_RECYCLED.
     """
 
     def __init__(
@@ -75,6 +87,9 @@ class Worker:
         settings: RTQSettings | None = None,
         relay: bool | None = None,
         watch_redis: bool = True,
+        health: HealthBeat | None = None,
+        max_tasks: int | None = None,
+        max_memory_mb: float | None = None,
     ) -> None:
         conf = settings or get_settings()
         self.conf = conf
@@ -97,6 +112,15 @@ class Worker:
             idle_wait=conf.IDLE_WAIT,
             burst=burst,
         )
+        self.health = health or (
+            HealthFile(conf.HEALTH_FILE, conf.HEALTHCHECK_INTERVAL) if conf.HEALTH_FILE else None
+        )
+        self.max_tasks = max_tasks
+        self.max_memory_mb = max_memory_mb
+        self.processor.fetcher.claims_left = max_tasks
+        self._over_memory: str | None = None
+        if max_memory_mb is not None:
+            self.processor.executor.after_task = self._look_at_memory
         names = list(self.queues)
         self.heartbeater = Heartbeater(
             broker=self.broker,
@@ -125,6 +149,7 @@ class Worker:
             archive_max_age=conf.ARCHIVE_MAX_AGE,
             archive_max_size=conf.ARCHIVE_MAX_SIZE,
             no_worker_grace=conf.NO_WORKER_GRACE,
+            forget_queues_after=conf.FORGET_EMPTY_QUEUES_AFTER,
         )
         # A pass works on each unfinished job for 2 s: a request carried it on for 1 s at most.
         self.bulk_runner = BulkRunner(broker=self.broker, queues=names, interval=1.0, budget=2.0)
@@ -141,6 +166,17 @@ class Worker:
             if self.broker.mirror
             else None
         )
+        self.pruner = (
+            Pruner(
+                broker=self.broker,
+                worker_id=self.id,
+                max_age=conf.MIRROR_MAX_AGE,
+                every=conf.MIRROR_PRUNE_INTERVAL,
+                using=conf.MIRROR_DATABASE,
+            )
+            if self.broker.mirror and conf.MIRROR_MAX_AGE is not None
+            else None
+        )
         if relay is None:
             relay = conf.OUTBOX or conf.OUTBOX_FALLBACK
         self.relay = (
@@ -148,6 +184,10 @@ class Worker:
             if relay
             else None
         )
+        if self.relay is not None and burst:
+            # A burst worker relays the due rows before it decides its queues are drained, not in
+            # a thread of its own that it could outrun (it would exit leaving them in the outbox).
+            self.processor.fetcher.before_drained = self._relay_before_drained
         self.commander = Commander(broker=self.broker, queues=names, interval=conf.COMMAND_INTERVAL)
         self.processor.on_commands = self.commander.wake
         self.healthchecker = Healthchecker(
@@ -164,6 +204,17 @@ class Worker:
             on_message=lambda channel, task_id: self.processor.cancel(task_id),
             name="cancel",
         )
+
+    def _relay_before_drained(self) -> int:
+        """A burst worker's relay pass; one that fails for another reason than Redis being away
+        is logged and relays nothing, so that the worker still exits once drained."""
+        try:
+            return self.relay.run_once()
+        except BrokerUnavailable:
+            raise  # the fetcher waits for Redis, as long as --give-up-after allows
+        except Exception:
+            logger.exception("relaying the outbox before the burst worker exits failed")
+            return 0
 
     def _held(self) -> dict[str, list[str]]:
         """The ids of the tasks the processor holds (claimed or running), by queue."""
@@ -185,7 +236,8 @@ class Worker:
                 self.janitor,
                 self.bulk_runner,
                 self.mirrorer,
-                self.relay,
+                self.pruner,
+                None if self.burst else self.relay,  # a burst worker's relays as it drains
                 self.commander,
             )
             if component is not None
@@ -244,6 +296,7 @@ class Worker:
             self.janitor,
             self.bulk_runner,
             self.mirrorer,
+            self.pruner,
             self.relay,
             self.commander,
             self.healthchecker,
@@ -284,8 +337,40 @@ class Worker:
                 )
                 status = EXIT_THREAD_DIED
                 break
+            if self.health is not None:
+                self.health.beat(self.healthchecker.healthy)
+            why = self._recycle_reason()
+            if why:
+                logger.info("worker %s is recycled: %s", self.id, why)
+                status = EXIT_RECYCLED
+                break
         self.stop()
+        if self.health is not None:
+            self.health.remove()
         return status
+
+    def _recycle_reason(self) -> str | None:
+        """Why the worker should stop to be replaced now, if it should."""
+        if self._over_memory is not None:
+            return self._over_memory
+        if (
+            self.max_tasks is not None
+            and self.processor.fetcher.claims_left <= 0
+            and not self.processor.jobs.in_flight
+        ):
+            return f"it ran its {self.max_tasks} tasks (--max-tasks-per-child)"
+        return None
+
+    def _look_at_memory(self) -> None:
+        """After each task, on its thread: over the memory limit, start no other task."""
+        if self._over_memory is not None or self.max_memory_mb is None:
+            return
+        used = resident_mb()
+        if used > self.max_memory_mb:
+            self._over_memory = (
+                f"it uses {used:.0f} MB, over {self.max_memory_mb:g} MB (--max-memory-per-child)"
+            )
+            self.processor.stop_claiming()
 
 
 def exit_in_time(status: int, grace: float = EXIT_GRACE_SECONDS) -> None:

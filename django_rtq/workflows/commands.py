@@ -40,6 +40,7 @@ from ..broker.workflow import (
 from ..connection import get_broker
 from ..exceptions import BrokerUnavailable, InvalidTask, TaskIdConflict
 from ..task_options import TASK_ID_PATTERN, TASK_ID_RULE
+from ..tracing import sending_workflow
 from .planner import NO_INPUT, EmptyGroup, ParentRef, dumps, plan
 
 logger = logging.getLogger(__name__)
@@ -67,13 +68,14 @@ def start_workflow(
     broker = broker or get_broker()
     if queue:
         node = {**node, "queue": queue}
-    planned = plan(node, node_id=workflow_id, parent=None)
-    if not activate(broker, planned.queue, cmd_id="", workflows=[planned.workflow]):
-        raise TaskIdConflict(f"A task with id {workflow_id!r} already exists in queue {planned.queue!r}.")
-    try:
-        apply_due(broker, [planned.queue])
-    except BrokerUnavailable as exc:  # a worker's commander starts them instead
-        logger.warning("workflow %r created; its first steps wait for a worker (%s)", workflow_id, exc)
+    with sending_workflow(node, workflow_id) as node:
+        planned = plan(node, node_id=workflow_id, parent=None)
+        if not activate(broker, planned.queue, cmd_id="", workflows=[planned.workflow]):
+            raise TaskIdConflict(f"A task with id {workflow_id!r} already exists in queue {planned.queue!r}.")
+        try:
+            apply_due(broker, [planned.queue])
+        except BrokerUnavailable as exc:  # a worker's commander starts them instead
+            logger.warning("workflow %r created; its first steps wait for a worker (%s)", workflow_id, exc)
     return workflow_id
 
 

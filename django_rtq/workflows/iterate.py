@@ -6,6 +6,7 @@ from typing import Any
 
 from ..exceptions import InvalidTask, NonRetryableError
 from ..registry import find_task_type, task
+from ..tracing import stamp_node
 from .canvas import Step
 from .planner import ITERATE_TASK
 
@@ -32,7 +33,7 @@ def iterate(iterator: str, state: Any) -> dict[str, Any]:
                 f"Iterator {iterator!r} made {child!r}: expected task.s(...) or a workflow."
             )
         try:
-            nodes.append(child.node())
+            nodes.append(stamp_node(child.node()))
         except InvalidTask as exc:  # WorkflowTooDeep: it would fail the same way every time
             raise NonRetryableError(f"Iterator {iterator!r} made a child that cannot run: {exc}") from None
     return {"state": new_state, "children": nodes, "done": not nodes}

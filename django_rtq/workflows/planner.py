@@ -14,6 +14,7 @@ from ..connection import queue_time
 from ..exceptions import InvalidTask
 from ..message_builder import build_message
 from ..registry import find_task_type
+from ..tracing import node_trace
 
 #: Children per activation command (and per activation script call).
 ACTIVATION_BATCH = 500
@@ -70,6 +71,8 @@ def _plan_task(node: dict[str, Any], node_id: str, parent: ParentRef | None, inp
     message = build_message(task_type.using(**options), args, node.get("kwargs") or {})
     if parent is not None:
         message = replace(message, parent=parent.id, parent_queue=parent.queue, position=parent.position)
+    if node_trace(node):
+        message = replace(message, trace=node_trace(node))
     process_at_ms = int(message.process_at * 1000) if message.process_at else 0
     return Planned(queue=message.queue, task=[message.id, message.to_json(), message.priority, process_at_ms])
 
@@ -188,9 +191,17 @@ def _group(node: dict[str, Any], fields: dict[str, Any], input: Any) -> list[str
 
 def _iterator(node: dict[str, Any], fields: dict[str, Any]) -> list[str]:
     queue = node["queue"]
-    driver = dumps(
-        {"t": "task", "task": ITERATE_TASK, "args": [], "options": {}, "immutable": True, "queue": queue}
-    )
+    driver_node = {
+        "t": "task",
+        "task": ITERATE_TASK,
+        "args": [],
+        "options": {},
+        "immutable": True,
+        "queue": queue,
+    }
+    if node_trace(node):
+        driver_node["trace"] = node_trace(node)
+    driver = dumps(driver_node)
     # The script appends the iterator's state and closes kwargs and the node: see child_outcome.lua.
     driver_prefix = driver[:-1] + ',"kwargs":{"iterator":' + dumps(node["task"]) + ',"state":'
     state = dumps(node.get("state"))

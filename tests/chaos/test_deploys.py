@@ -25,7 +25,8 @@ from django_rtq.broker.versions import MESSAGE_FORMAT
 from django_rtq.broker.waiting import waiting_for_worker
 from django_rtq.defaults import DEFAULT_IDLE_WAIT_SECONDS, DEFAULT_SHUTDOWN_TIMEOUT_SECONDS
 from django_rtq.worker.server import EXIT_GRACE_SECONDS
-from tests.chaos.harness import KEY_PREFIX, QUEUE, SLACK_SECONDS, Chaos, aborted_by, going, report
+from tests.chaos.harness import KEY_PREFIX, QUEUE, Chaos, report
+from tests.chaos.in_flight import SLACK_SECONDS, aborted_by, going
 from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.chaos

@@ -32,7 +32,8 @@ import pytest
 import redis
 
 from tests.chaos.failover_servers import ReplicatedCluster, SentinelGroup
-from tests.chaos.harness import QUEUE, Chaos, acknowledged_by, point_at, verify_lossy
+from tests.chaos.harness import QUEUE, Chaos
+from tests.chaos.lossy import acknowledged_by, point_at, verify_lossy
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(240)]
 
@@ -94,6 +95,21 @@ def in_flight_problems(running: int) -> list[str]:
     return [] if running else ["the failover caught no handler running: it hit idle workers"]
 
 
+def verify_replicated_kept(chaos, scenario: str, faults: str, *, fault_at: float, drained_at, running: int):
+    """verify_lossy for a failover that waited for the replica before its load: the first
+    BEFORE tasks, acknowledged and replicated, are kept."""
+    return verify_lossy(
+        chaos,
+        scenario,
+        faults,
+        fault_at=fault_at,
+        kept={f"a{i}" for i in range(BEFORE)},
+        drained_at=drained_at,
+        drain_limit=DRAIN_LIMIT,
+        problems=in_flight_problems(running),
+    )
+
+
 @pytest.mark.parametrize("how", ["sentinel-failover", "sentinel-kill"])
 def test_sentinel_fails_the_master_over(how, sentinel_group, chaos_project):
     group = sentinel_group
@@ -114,15 +130,13 @@ def test_sentinel_fails_the_master_over(how, sentinel_group, chaos_project):
     # `SENTINEL FAILOVER` demotes keeps taking writes until the sentinels turn it into a replica
     # of the new one (about 10 s: their INFO period, then 8 s before they reconfigure it); the
     # clients' open connections still reach it meanwhile, and what they write there is lost.
-    verify_lossy(
+    verify_replicated_kept(
         chaos,
         how,
         f"failovers=1 failover={seconds:.1f}s runs_at_failover={running}",
         fault_at=fault_at,
-        kept={f"a{i}" for i in range(BEFORE)},
         drained_at=drained_at,
-        drain_limit=DRAIN_LIMIT,
-        problems=in_flight_problems(running),
+        running=running,
     )
 
 
@@ -193,15 +207,13 @@ def test_the_queues_cluster_master_fails_over(how, replicated_cluster, chaos_pro
             problems=in_flight_problems(running),
         )
     else:
-        verify_lossy(
+        verify_replicated_kept(
             chaos,
             how,
             faults,
             fault_at=fault_at,
-            kept={f"a{i}" for i in range(BEFORE)},
             drained_at=drained_at,
-            drain_limit=DRAIN_LIMIT,
-            problems=in_flight_problems(running),
+            running=running,
         )
 
 
@@ -224,14 +236,12 @@ def test_sentinel_failover_of_masters_that_need_a_replica(sentinel_group, chaos_
 
     fault_at, seconds, running = run_failover(chaos, replicate=group.wait_replicated, fail_over=fail_over)
     drained_at = chaos.wait_drained(DRAIN_WAIT)
-    figures = verify_lossy(
+    figures = verify_replicated_kept(
         chaos,
         "sentinel-failover-min-replicas",
         f"failovers=1 failover={seconds:.1f}s runs_at_failover={running}",
         fault_at=fault_at,
-        kept={f"a{i}" for i in range(BEFORE)},
         drained_at=drained_at,
-        drain_limit=DRAIN_LIMIT,
-        problems=in_flight_problems(running),
+        running=running,
     )
     assert figures["lost"] + figures["ended_twice"] <= REMEDY_LOSS, figures

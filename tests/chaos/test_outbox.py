@@ -34,15 +34,11 @@ from django_rtq.defaults import (
     DEFAULT_RECOVERER_INTERVAL_SECONDS,
 )
 from django_rtq.outbox import LEASE_SECONDS, RELAY_BATCH
-from tests.chaos.harness import (
-    DATABASES,
+from tests.chaos.harness import DATABASES, Chaos, Redis, Run, Worker
+from tests.chaos.in_flight import (
     RECOVERER_SETTLE_SECONDS,
     RERUN_SECONDS,
     SLACK_SECONDS,
-    Chaos,
-    Redis,
-    Run,
-    Worker,
     cut_by_kills,
     rerun_delays,
     wait_ready,

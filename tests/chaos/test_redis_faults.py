@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from tests.chaos.harness import verify_lossy
+from tests.chaos.lossy import verify_lossy
 from tests.support.proxy import TCPProxy
 
 pytestmark = pytest.mark.chaos

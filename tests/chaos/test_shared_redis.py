@@ -12,7 +12,8 @@ import pytest
 
 from django_rtq.broker.keys import Keyspace
 from django_rtq.defaults import DEFAULT_IDLE_WAIT_SECONDS, DEFAULT_KEY_PREFIX
-from tests.chaos.harness import LIVE_STATES, SITES, SLACK_SECONDS, report
+from tests.chaos.harness import LIVE_STATES, SITES, report
+from tests.chaos.in_flight import SLACK_SECONDS
 from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.chaos

@@ -7,13 +7,11 @@ import random
 
 import pytest
 
-from tests.chaos.harness import (
+from tests.chaos.harness import Chaos, Worker, every
+from tests.chaos.in_flight import (
     RERUN_SECONDS,
     SLACK_SECONDS,
-    Chaos,
-    Worker,
     cut_by_kills,
-    every,
     going,
     rerun_delays,
     rerun_figures,

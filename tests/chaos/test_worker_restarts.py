@@ -11,17 +11,8 @@ import pytest
 
 from django_rtq.defaults import DEFAULT_SHUTDOWN_TIMEOUT_SECONDS
 from django_rtq.worker.server import EXIT_GRACE_SECONDS
-from tests.chaos.harness import (
-    RERUN_SECONDS,
-    SLACK_SECONDS,
-    Chaos,
-    Worker,
-    aborted_by,
-    every,
-    going,
-    next_start,
-    wait_going,
-)
+from tests.chaos.harness import Chaos, Worker, every
+from tests.chaos.in_flight import RERUN_SECONDS, SLACK_SECONDS, aborted_by, going, next_start, wait_going
 from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.chaos

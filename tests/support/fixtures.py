@@ -1,4 +1,4 @@
-"""Fixtures of the process's settings: the mirror on, and Redis away."""
+"""Fixtures of the process's settings: the mirror on, Redis away, the django.tasks backend with its outbox."""
 
 from __future__ import annotations
 
@@ -37,3 +37,15 @@ def redis_away(settings, prefix) -> Iterator[Callable[[], Broker]]:
 
     yield back
     reset_broker()
+
+
+@pytest.fixture
+def outbox_backend(settings) -> None:
+    """The django.tasks backend with `OUTBOX` on: its enqueues wait for the transaction's commit."""
+    settings.TASKS = {
+        "default": {
+            "BACKEND": "django_rtq.backends.RTQBackend",
+            "QUEUES": ["default", "low"],
+            "OPTIONS": {"OUTBOX": True},
+        }
+    }

@@ -2,7 +2,8 @@
 release built with the current writers on a fixed clock, dumped as the raw Redis keys it
 touches, and loaded back for a worker to run.
 
-Regenerate (only into a new version's directory: old ones are never edited):
+Regenerate (the shapes a new version added or changed, into its directory: the fixtures of an
+older version are never edited, and keep the shapes the new one left as they were):
 
     DJANGO_SETTINGS_MODULE=tests.settings RTQ_REDIS_URL=redis://... python -m tests.support.stored_formats
 """
@@ -14,7 +15,7 @@ import math
 import sys
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,6 +42,8 @@ KEEP = 3600
 #: The arguments of the plain message: every JSON type, nested.
 ARGS = [1, -2.5, "text é ✓", True, None, [1, [2, []]], {"a": {"b": [None, False]}}]
 KWARGS = {"n": 0, "f": 1e-9, "s": "", "l": [], "d": {}, "b": False, "z": None, "big": 2**53}
+#: The W3C traceparent of the traced message's span.
+TRACE_PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 TRACEBACK = "Traceback (most recent call last):\n  ...\nRuntimeError: a failure of the fixture\n"
 
 
@@ -54,9 +57,20 @@ def version_dirs() -> list[Path]:
 
 
 def current_dir() -> Path | None:
-    """The directory of the fixtures of this release's formats; None if there is none yet."""
-    for path in version_dirs():
-        if json.loads((path / "formats.json").read_text()) == current_formats():
+    """The directory of the fixtures of this release's formats (the newest); None if there is
+    none yet."""
+    directories = version_dirs()
+    if directories and json.loads((directories[-1] / "formats.json").read_text()) == current_formats():
+        return directories[-1]
+    return None
+
+
+def newest_fixture(name: str) -> Path | None:
+    """The newest fixture of the shape `name`: a version's directory holds the shapes that
+    version added or changed, the older ones hold the rest."""
+    for directory in reversed(version_dirs()):
+        path = directory / f"{name}.json"
+        if path.exists():
             return path
     return None
 
@@ -209,12 +223,15 @@ def _reported(args: list[Any] | None = None, kwargs: dict[str, Any] | None = Non
     return {"args": args or [], "kwargs": kwargs or {}, "retried": retried}
 
 
-def _message(name: str, about: str, options: dict[str, Any], *, plain: bool = False) -> Shape:
+def _message(
+    name: str, about: str, options: dict[str, Any], *, plain: bool = False, traced: bool = False
+) -> Shape:
     task_id = f"msg-{name}"
 
     def build(b: Builder) -> dict[str, Any]:
         args, kwargs = (ARGS, KWARGS) if plain else ([name], {})
-        _stored_shape().using(task_id=task_id, **options).enqueue(*args, **kwargs)
+        with _in_span() if traced else nullcontext():
+            _stored_shape().using(task_id=task_id, **options).enqueue(*args, **kwargs)
         expected = _reported(args, kwargs)
         if options.get("retention"):
             ran = {"state": TaskState.COMPLETED, "result": expected}
@@ -236,6 +253,23 @@ def _workflow(
         return {"ran": {workflow_id: {"state": TaskState.COMPLETED, "result": result}}}
 
     return Shape(f"workflow_{name}", about, build)
+
+
+@contextmanager
+def _in_span() -> Iterator[None]:
+    """Enqueue inside a span of fixed ids (TRACE_PARENT), whose context the message carries as
+    it is (no span of django-rtq's own: its ids would be random)."""
+    from opentelemetry import trace
+
+    ids = TRACE_PARENT.split("-")
+    parent = trace.SpanContext(
+        trace_id=int(ids[1], 16), span_id=int(ids[2], 16), is_remote=False, trace_flags=trace.TraceFlags(1)
+    )
+    with (
+        mock.patch("django_rtq.tracing._tracer", lambda otel: trace.NoOpTracer()),
+        trace.use_span(trace.NonRecordingSpan(parent)),
+    ):
+        yield
 
 
 def _info_task(b: Builder, name: str) -> str:
@@ -386,6 +420,7 @@ SHAPES: tuple[Shape, ...] = (
     _message("unique_key", "a message unique by a key of its own", {"unique": 600, "unique_key": "order-42"}),
     _message("process_at", "a message scheduled at a time", {"process_at": FakeClock().now + 3600}),
     _message("delay", "a message scheduled after a delay", {"delay": 60}),
+    _message("traced", "a message with the trace context of its enqueue (format 2)", {}, traced=True),
     Shape("info_succeeded", "a first attempt succeeded, kept for its retention", _info_succeeded),
     Shape(
         "info_succeeded_after_a_retry", "succeeded on its second attempt, kept", _info_succeeded_after_a_retry
@@ -477,9 +512,6 @@ def main() -> None:
     django.setup()
     from django_rtq.connection import get_broker, reset_broker
 
-    if current_dir() is not None:
-        sys.exit(f"{current_dir()} holds the fixtures of these formats; raise a version to add others.")
-    target = FORMATS_DIR / f"v{len(version_dirs()) + 1}"
     client = redis.Redis.from_url(settings.RTQ["REDIS_URL"], decode_responses=True)
 
     @contextmanager
@@ -489,10 +521,21 @@ def main() -> None:
             yield get_broker()
         reset_broker()
 
-    fixtures = [build_shape(shape, client, broker_for) for shape in SHAPES]
-    target.mkdir(parents=True)
-    (target / "formats.json").write_text(json.dumps(current_formats()) + "\n")
-    for fixture in fixtures:
+    fixtures = []
+    for shape in SHAPES:
+        fixture = build_shape(shape, client, broker_for)
+        path = newest_fixture(shape.name)
+        if path is None or json.loads(path.read_text())["keys"] != fixture["keys"]:
+            fixtures.append((fixture, path))
+    target = current_dir()
+    changed = [fixture["shape"] for fixture, path in fixtures if path is not None]
+    if target is not None and changed:
+        sys.exit(f"the writers changed the shapes {changed}: raise a format version to write them anew")
+    if target is None:
+        target = FORMATS_DIR / f"v{len(version_dirs()) + 1}"
+        target.mkdir(parents=True)
+        (target / "formats.json").write_text(json.dumps(current_formats()) + "\n")
+    for fixture, _ in fixtures:
         write_fixture(target / f"{fixture['shape']}.json", fixture)
     print(f"wrote {len(fixtures)} fixtures into {target}")
 

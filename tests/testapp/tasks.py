@@ -388,3 +388,35 @@ def stored_shape(*args, **kwargs):
     value = {"args": list(args), "kwargs": kwargs, "retried": current_task().retried}
     report(f"stored_shape:{current_task().id}", json.dumps(value, sort_keys=True))
     return value
+
+
+@task(max_retries=0)
+def record_pid(name, value):
+    """Report `value` as started, then `value:pid` as done (tests/test_worker_recycling.py)."""
+    report(f"{name}:started", value)
+    report(name, f"{value}:{os.getpid()}")
+
+
+_kept: list[bytearray] = []
+
+
+@task(max_retries=0)
+def keeps_memory(name, megabytes):
+    """Allocate `megabytes` MB and keep them for the life of the process, as a leak does."""
+    block = bytearray(megabytes * 2**20)
+    block[::4096] = b"x" * len(block[::4096])  # touch every page: resident, not just reserved
+    _kept.append(block)
+    from django_rtq.worker.health import resident_mb
+
+    report(name, f"{os.getpid()}:{resident_mb():.1f}")
+
+
+@task(max_retries=0)
+def kills_a_worker_thread(name, thread_name):
+    """Raise SystemExit in the worker's thread `thread_name`: not an Exception, so the
+    component's loop ends and the thread dies, as a bug in it would kill it."""
+    from django_rtq.worker.processor.jobs import raise_in_thread
+
+    [thread] = [thread for thread in threading.enumerate() if thread.name == thread_name]
+    raise_in_thread(thread, SystemExit)
+    report(name, os.getpid())

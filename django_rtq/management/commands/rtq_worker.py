@@ -13,6 +13,7 @@ from django_rtq.conf import get_settings, parse_queues
 from django_rtq.connection import get_broker
 from django_rtq.discovery import failed_modules
 from django_rtq.exceptions import BrokerUnavailable, RedisMisconfigured
+from django_rtq.worker.health import HealthFile
 from django_rtq.worker.redis_watch import refuse_unfit_redis
 from django_rtq.worker.server import BURST_GIVE_UP_AFTER, EXIT_REDIS_UNREACHABLE, Worker, exit_in_time
 from django_rtq.worker.supervisor import Supervisor
@@ -51,7 +52,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--burst",
             action="store_true",
-            help="Exit once every queue is empty and nothing scheduled is due.",
+            help="Exit once every queue is empty and nothing scheduled is due (the outbox's due "
+            "tasks relayed first).",
         )
         parser.add_argument(
             "--give-up-after",
@@ -66,6 +68,26 @@ class Command(BaseCommand):
             "--shutdown-timeout",
             type=float,
             help="Seconds running tasks get to finish on SIGTERM before they go back to pending.",
+        )
+        parser.add_argument(
+            "--health-file",
+            metavar="PATH",
+            help="Rewrite this file while every thread of the worker is alive, for "
+            "`python -m django_rtq.probe live|ready --file PATH`. Default: settings.RTQ['HEALTH_FILE'].",
+        )
+        parser.add_argument(
+            "--max-tasks-per-child",
+            type=int,
+            metavar="N",
+            help="Replace each worker process after it ran N tasks (runs the worker processes "
+            "under a supervisor, even with --processes 1).",
+        )
+        parser.add_argument(
+            "--max-memory-per-child",
+            type=float,
+            metavar="MB",
+            help="Replace a worker process whose resident memory exceeds MB after a task (runs the "
+            "worker processes under a supervisor, even with --processes 1).",
         )
         parser.add_argument(
             "--loglevel",
@@ -93,6 +115,10 @@ class Command(BaseCommand):
             raise CommandError("--concurrency must be at least 1.")
         if options["processes"] < 1:
             raise CommandError("--processes must be at least 1.")
+        for name in ("max_tasks_per_child", "max_memory_per_child"):
+            if options[name] is not None and options[name] <= 0:
+                raise CommandError(f"--{name.replace('_', '-')} must be more than 0.")
+        health_file = options["health_file"] or conf.HEALTH_FILE
         try:
             refuse_unfit_redis(get_broker(), eviction_allowed=conf.ALLOW_EVICTING_REDIS)
         except RedisMisconfigured as exc:
@@ -107,8 +133,10 @@ class Command(BaseCommand):
             "shutdown_timeout": options["shutdown_timeout"],
             "give_up_after": options["give_up_after"],
         }
-        if options["processes"] == 1:
-            status = Worker(**worker_options).run()
+        recycled = options["max_tasks_per_child"] is not None or options["max_memory_per_child"] is not None
+        if options["processes"] == 1 and not recycled:
+            health = HealthFile(health_file, conf.HEALTHCHECK_INTERVAL) if health_file else None
+            status = Worker(**worker_options, health=health).run()
             if self.owns_process:
                 exit_in_time(status)  # whatever threads its handlers left running
             if status:
@@ -119,8 +147,14 @@ class Command(BaseCommand):
             )
             status = Supervisor(
                 processes=options["processes"],
-                worker_options=worker_options,
+                worker_options={
+                    **worker_options,
+                    "max_tasks": options["max_tasks_per_child"],
+                    "max_memory_mb": options["max_memory_per_child"],
+                },
                 shutdown_timeout=timeout,
+                health_file=health_file,
+                health_interval=conf.HEALTHCHECK_INTERVAL,
             ).run()
             if status:
                 sys.exit(status)

@@ -115,6 +115,14 @@ class Processor:
 
     # What the heartbeater, the subscriber and the server ask of the processor
 
+    def stop_claiming(self) -> None:
+        """Claim no more, and give back at once the tasks claimed that have not started; those
+        running go on (a worker about to be recycled: then stop() finds little left to do)."""
+        with self.jobs.cond:  # a claim under way dispatches before this, or gives its tasks back
+            self.fetcher.claims_left = 0
+            waiting = self.jobs.abandon_queued()
+        give_back(self.broker, self.worker_id, ids_by_queue(waiting), "that had not started")
+
     @property
     def capacity(self) -> int:
         """How many claimed tasks not yet finished the worker may hold (see Fetcher.capacity)."""

@@ -7,11 +7,12 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from django.db import close_old_connections, connections
 
-from ... import signals
+from ... import signals, tracing
 from ...broker.attempt import AttemptInfo, format_traceback
 from ...context import TaskContext, set_current_task
 from ...exceptions import NonRetryableError, TaskCancelled
@@ -60,6 +61,9 @@ class Executor:
         self.worker_id = worker_id
         #: The executor threads: an abandoned one leaves the list as a fresh one takes its place.
         self.threads: list[threading.Thread] = []
+        #: Called on a thread after each task it ran, before it takes the next one (the server's
+        #: look at the memory, for --max-memory-per-child).
+        self.after_task: Callable[[], None] | None = None
 
     def start(self, count: int) -> None:
         for _ in range(count):
@@ -96,6 +100,8 @@ class Executor:
                     loop = asyncio.new_event_loop()
                 if not self.run(job, loop if job.task_type.is_async else None):
                     return  # this thread was abandoned (a fresh one took its place) or stopped
+                if self.after_task is not None:
+                    self.after_task()
         except BaseException:
             # An interruption meant for an abandoned job may land after its handler returned.
             if threading.current_thread() in self.threads:
@@ -111,22 +117,27 @@ class Executor:
         if not self.jobs.start_running(job):
             return True
         outcome = Outcome(job=job, claimed=job.claimed)
-        try:
-            set_expiry(job, self.fetcher.broker.clock())
-            set_current_task(self._context(job))
-            result = self._call(job, loop)
-            outcome.result_json = encode_result(result)
-            send_robust(signals.task_succeeded, job.task_type, message=job.message, result=result)
-        except BaseException as exc:
-            outcome.failure = Failure(
-                claimed=job.claimed,
-                message=job.message,
-                error=exc,
-                traceback=format_traceback(exc),
-                started_at=job.started_at,
-            )
-        finally:
-            close_old_connections()
+        context = self._context(job)
+        with tracing.attempt(
+            job.message, queue=context.queue, number=context.retried + 1, worker_id=self.worker_id
+        ) as finish:
+            try:
+                set_expiry(job, self.fetcher.broker.clock())
+                set_current_task(context)
+                result = self._call(job, loop)
+                outcome.result_json = encode_result(result)
+                send_robust(signals.task_succeeded, job.task_type, message=job.message, result=result)
+            except BaseException as exc:
+                outcome.failure = Failure(
+                    claimed=job.claimed,
+                    message=job.message,
+                    error=exc,
+                    traceback=format_traceback(exc),
+                    started_at=job.started_at,
+                )
+            finally:
+                close_old_connections()
+            finish(outcome.failure.error if outcome.failure else None)
         return self._record(job, outcome)
 
     def _context(self, job: Job) -> TaskContext:

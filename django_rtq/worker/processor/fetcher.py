@@ -7,6 +7,7 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Callable
 
 from ...broker import Broker, ClaimedTask
 from ...broker.limits import NO_LIMITS, FlowLimits
@@ -86,8 +87,14 @@ class Fetcher:
         self.burst = burst
         #: Set when a burst worker found its queues drained.
         self.drained = threading.Event()
+        #: Called by a burst fetcher before it decides that its queues are drained: a count
+        #: above 0 (the worker relayed the outbox's due rows to Redis) means they may hold work.
+        self.before_drained: Callable[[], int] = lambda: 0
         #: Set once the fetcher stopped (it no longer takes tasks in).
         self.stopped = threading.Event()
+        #: How many more tasks it may claim (None: no end); at 0 it claims no more, so that a
+        #: worker recycled after so many tasks (--max-tasks-per-child) runs no more than those.
+        self.claims_left: int | None = None
         #: The thread fetching now (None while the role passes from one thread to another).
         self.thread: threading.Thread | None = None
         #: While the fetcher listens with nothing to do, a task handed to it is kept for the
@@ -154,6 +161,8 @@ class Fetcher:
         """Claim when half the capacity is free, or at once when a thread would otherwise idle;
         after a claim that left tasks waiting only for a free thread, as soon as one frees.
         The caller holds the job table's lock."""
+        if self.claims_left is not None and self.claims_left <= 0:
+            return False
         if self._thread_bound:
             return self.jobs.in_flight < self.concurrency
         free = self.capacity - self.jobs.in_flight
@@ -216,12 +225,26 @@ class Fetcher:
         with self.jobs.cond:
             free = self.capacity - self.jobs.in_flight
             start_now = max(0, self.concurrency - self.jobs.in_flight)
+            if self.claims_left is not None:
+                free = min(free, max(0, self.claims_left))
+                start_now = min(start_now, free)
         if self.jobs.lost:
             self._give_back_lost()
         claimed_at = time.monotonic()
         claimed = self._claim(free, start_now)
         self._failures = 0
-        if claimed:
+        if self.claims_left is not None:
+            # Under the lock stop_claiming() takes: what came after it is given back, not run.
+            with self.jobs.cond:
+                if self.claims_left <= 0 and claimed:
+                    for queue in {task.queue for task in claimed}:
+                        ids = [task.id for task in claimed if task.queue == queue]
+                        self._hand_back(queue, ids, "it came as this worker stopped claiming")
+                    return False
+                self.claims_left -= len(claimed)
+                if claimed:
+                    self._dispatch(claimed, claimed_at, self._claimed_under)
+        elif claimed:
             self._dispatch(claimed, claimed_at, self._claimed_under)
         if len(claimed) == free or (claimed and self.burst) or self._thread_bound or self._judged_new:
             return True
@@ -472,6 +495,8 @@ class Fetcher:
         with self.jobs.cond:
             if self.jobs.owned:
                 return False
+        if self.before_drained():
+            return False
         for queue in self.queues:
             self.broker.forward(queue)
         return self.broker.is_drained(self.queues)

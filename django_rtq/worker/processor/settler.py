@@ -17,8 +17,9 @@ from ...broker import Broker, Completion
 from ...broker.attempt import AttemptInfo
 from ...broker.message import child_notice
 from ...broker.timings import Timings
+from ...conf import get_settings
 from ...exceptions import BrokerUnavailable
-from ..outcome import settle_failure, tell_left_out
+from ..outcome import log_finished, settle_failure, task_logger, tell_left_out
 from ..syncer import Syncer, SyncRequest
 from .jobs import JobTable, Outcome
 
@@ -45,6 +46,8 @@ class Settler:
         self.thread: threading.Thread | None = None
         self._timings = Timings()
         self._timings_flushed_at = time.monotonic()
+        #: Whether each success gets its line (failures always do: outcome.py).
+        self.log_successes = get_settings().LOG_FINISHED_TASKS
 
     def start(self) -> None:
         self.thread = threading.Thread(target=self._loop, name="rtq-settle", daemon=True)
@@ -124,7 +127,7 @@ class Settler:
                 succeeded[outcome.claimed.queue].append(outcome)
         waiting: list[Outcome] = []
         for queue, done in completions.items():
-            write = partial(self._complete, queue, done)
+            write = partial(self._complete, queue, done, succeeded[queue])
             description = f"completion of {len(done)} task(s) in queue {queue!r}"
             waiting += self._write(write, description, succeeded[queue])
         for outcome in batch:
@@ -136,8 +139,15 @@ class Settler:
             self.on_commands()
         return waiting
 
-    def _complete(self, queue: str, done: list[Completion]) -> None:
+    def _complete(self, queue: str, done: list[Completion], outcomes: list[Outcome]) -> None:
         settled = self.broker.complete(queue, done, worker_id=self.worker_id)
+        if self.log_successes and task_logger.isEnabledFor(logging.INFO):
+            for outcome in outcomes:
+                job = outcome.job
+                duration = outcome.finished_at - job.started_at
+                said = f"succeeded in {duration:.3f}s"
+                name = job.message.task
+                log_finished(logging.INFO, job.id, name, queue, said, outcome="succeeded", duration=duration)
         if settled < len(done):
             runs = {completion.id: completion.run for completion in done}
             tell_left_out(self.broker, queue, runs, settled=settled, what="result")
