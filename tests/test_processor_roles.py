@@ -1,17 +1,23 @@
 """The processor's roles driven one step at a time through their seams, on a real Redis: a claim
 round fills the job table, the executor runs a job, the settler settles a batch, and the watchdog
-lets go of tasks whose lease it could not renew."""
+lets go of tasks whose lease it could not renew, and stops a handler only while it runs."""
 
 from __future__ import annotations
 
+import random
+import sys
+import threading
 import time
+from collections import Counter
 
 import pytest
 
-from django_rtq.broker import TaskState
+from django_rtq import signals
+from django_rtq.broker import ClaimedTask, TaskState
 from django_rtq.context import set_current_task
+from django_rtq.exceptions import TaskTimeout
 from django_rtq.worker.processor import Processor
-from django_rtq.worker.processor.jobs import JobState
+from django_rtq.worker.processor.jobs import Job, JobState, JobTable
 from django_rtq.worker.syncer import Syncer
 from tests.support.factories import WORKER
 from tests.testapp import tasks
@@ -81,3 +87,116 @@ def test_the_watchdog_lets_go_of_tasks_whose_lease_it_could_not_renew(processor,
     again = [inspector.get_task(task_id) for task_id in ids]
     assert {task.state for task in again} == {TaskState.ACTIVE}
     assert [task.attempt.retried for task in again] == [0, 0]
+
+
+def test_a_handler_that_returned_is_not_interrupted_and_its_outcome_stands(processor, inspector):
+    """The watchdog's stop that comes once the handler returned (here from `task_succeeded`,
+    sent on the executor's thread after the handler) is too late: nothing is raised in the
+    thread, which may be in the worker's own code, and the result is settled."""
+    task_id = tasks.add.enqueue(2, 3).id
+    processor.fetcher.run_once()
+    [job] = taken(processor)
+    answers = []
+
+    def stop_now(sender, **kwargs):
+        answers.append(processor.watchdog.interrupt(job, TaskTimeout("the task ran longer than its timeout")))
+
+    signals.task_succeeded.connect(stop_now, weak=False)
+    try:
+        assert processor.executor.run(job)
+    finally:
+        signals.task_succeeded.disconnect(stop_now)
+
+    assert answers == [False]
+    assert job.state is JobState.DONE
+    processor.settler.run_once()
+    done = inspector.get_task(task_id)
+    assert (done.state, done.result) == (TaskState.COMPLETED, 5)
+
+
+def test_a_stop_that_comes_before_the_handler_starts_keeps_it_from_running(processor, inspector):
+    """Stopped between its claim's start and its handler (here from `task_started`): the handler
+    never runs, and the task fails with the stop's error."""
+    tasks.add.enqueue(2, 3)
+    processor.fetcher.run_once()
+    [job] = taken(processor)
+    handled = []
+
+    def stop_now(sender, **kwargs):
+        handled.append(processor.watchdog.interrupt(job, TaskTimeout("the task ran longer than its timeout")))
+
+    processor.executor.threads.append(threading.current_thread())  # this test runs the job
+    signals.task_started.connect(stop_now, weak=False)
+    try:
+        assert processor.executor.run(job) is False  # its thread was replaced: it ends
+    finally:
+        signals.task_started.disconnect(stop_now)
+        processor.executor.end_threads()  # the thread started in its place
+
+    assert handled == [True]
+    assert job.state is JobState.ABANDONED
+    outcome = processor.jobs.outcomes.get_nowait()
+    assert isinstance(outcome.failure.error, TaskTimeout)
+    assert outcome.result_json is None
+
+
+def spin(seconds: float) -> None:
+    """Busy for `seconds`: a handler's work, or the moment a stop comes at (not a wait for anything)."""
+    until = time.perf_counter() + seconds
+    while time.perf_counter() < until:
+        pass
+
+
+def test_an_interruption_never_lands_after_the_handler():
+    """A stop racing the handler's return lands inside the handler (or as it leaves), or not at
+    all: never later, in the worker's own code, where it could leave the job table's lock held
+    by a thread that ends. 300 races, the stop at a random moment of each."""
+    table = JobTable()
+    landed: Counter[str] = Counter()
+
+    def run(job: Job, entered: threading.Event) -> None:
+        job.thread = threading.current_thread()
+        try:
+            job.enter_handler()
+            try:
+                entered.set()
+                spin(random.uniform(0, 0.001))
+            finally:
+                job.leave_handler()
+        except TaskTimeout:
+            landed["inside"] += 1
+            return
+        try:
+            with table.cond:  # after the handler: the worker's code takes its lock
+                spin(0.00001)
+        except TaskTimeout:
+            landed["after"] += 1
+            return
+        landed["not at all"] += 1
+
+    switch_interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.00002)  # threads take turns often: the races fall everywhere
+    try:
+        for _ in range(300):
+            race(run, table)
+    finally:
+        sys.setswitchinterval(switch_interval)
+
+    assert landed["after"] == 0
+    assert landed["inside"] > 0 and landed["not at all"] > 0, landed
+
+
+def race(run, table: JobTable) -> None:
+    """One race: a handler of a random length, stopped at a random moment."""
+    job = Job(claimed=ClaimedTask(id="t", queue=QUEUE, raw_message=None), message=None, task_type=None)
+    entered = threading.Event()
+    thread = threading.Thread(target=run, args=(job, entered))
+    thread.start()
+    assert entered.wait(5)
+    spin(random.uniform(0, 0.001))
+    with table.cond:
+        job.interrupt_handler(TaskTimeout("the task ran longer than its timeout"))
+    thread.join(5)
+    assert not thread.is_alive()
+    assert table.cond.acquire(timeout=1), "the job table's lock was left held"
+    table.cond.release()

@@ -158,15 +158,18 @@ class Executor:
 
     def _call(self, job: Job, loop: asyncio.AbstractEventLoop | None) -> Any:
         """Call the handler and return what it returned."""
-        if loop is not None:
-            # Created before the handler starts, so that the watchdog cancels it inside its loop.
-            job.loop = loop
-            job.async_task = loop.create_task(self._call_async(job))
         close_old_connections()
         send_robust(signals.task_started, job.task_type, message=job.message, worker_id=self.worker_id)
-        if loop is not None:
+        job.enter_handler()
+        try:
+            if loop is None:
+                return job.task_type.func(*job.message.args, **job.message.kwargs)
+            # From here on the watchdog cancels the task inside its loop (the loop first).
+            job.loop = loop
+            job.async_task = loop.create_task(self._call_async(job))
             return self._await(job, loop)
-        return job.task_type.func(*job.message.args, **job.message.kwargs)
+        finally:
+            job.leave_handler()
 
     async def _call_async(self, job: Job) -> Any:
         return await job.task_type.func(*job.message.args, **job.message.kwargs)

@@ -37,6 +37,14 @@ class JobState(enum.Enum):
     STOPPED = "stopped"  # its handler was stopped (shutdown, lost lease); nothing to settle
 
 
+class HandlerStage(enum.Enum):
+    """Where a running job's thread is: only INSIDE its handler may it be interrupted."""
+
+    BEFORE = "before"
+    INSIDE = "inside"
+    AFTER = "after"  # the handler returned or raised: its outcome is being recorded
+
+
 @dataclass(eq=False, slots=True, kw_only=True)
 class Job:
     """A claimed task as the processor tracks it until its outcome is settled."""
@@ -54,10 +62,43 @@ class Job:
     interrupt_error: BaseException | None = None
     settle: bool = True  # False once the task is no longer this worker's to settle
     claimed_at: float = 0.0  # time.monotonic() when the claim that leased it was sent
+    stage: HandlerStage = HandlerStage.BEFORE
+    #: Orders an interruption with the thread's moves in and out of the handler (`stage`).
+    window: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def id(self) -> str:
         return self.claimed.id
+
+    # An exception raised in a thread lands at its next Python instruction, wherever that is. In
+    # the worker's own code it could land just after the thread took the job table's lock, and
+    # leave the lock held by a thread that ends: the whole worker would hang. So a thread is
+    # interrupted only while inside its handler, and one raised as the handler returns is
+    # withdrawn before the thread takes any lock (or lands at once, before it takes one).
+
+    def enter_handler(self) -> None:
+        """Called by the job's thread just before the handler: raises the interruption that came first."""
+        with self.window:
+            if self.interrupt_error is not None:
+                raise self.interrupt_error
+            self.stage = HandlerStage.INSIDE
+
+    def leave_handler(self) -> None:
+        """Called by the job's thread as the handler returns or raises: no interruption lands after this."""
+        with self.window:
+            self.stage = HandlerStage.AFTER
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(threading.get_ident()), None)
+
+    def interrupt_handler(self, error: BaseException) -> bool:
+        """Stop the (synchronous) handler with `error`: raised in its thread now, or as it would
+        start. False if the handler already returned (its outcome stands)."""
+        with self.window:
+            if self.stage is HandlerStage.AFTER:
+                return False
+            self.interrupt_error = error
+            if self.stage is HandlerStage.INSIDE:
+                raise_in_thread(self.thread, type(error))
+            return True
 
 
 @dataclass(slots=True)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from ...exceptions import DeadlineExceeded, LeaseLost, TaskCancelled, TaskTimeout, WorkerShutdown
 from .executor import Executor
-from .jobs import Job, JobState, JobTable, Outcome, raise_in_thread
+from .jobs import Job, JobState, JobTable, Outcome
 
 logger = logging.getLogger(__name__)
 
@@ -133,18 +133,21 @@ class Watchdog:
         with self.jobs.cond:
             if job.state is not JobState.RUNNING:
                 return False
-            if not settle:
-                self.jobs.disown_locked(job)
             if job.async_task is not None and job.interrupt_error is None:
                 # An async task is cancelled inside its loop; if it ignores that, it is abandoned.
+                if not settle:
+                    self.jobs.disown_locked(job)
                 job.interrupt_error = error
                 job.expires_at = time.monotonic() + ASYNC_CANCEL_GRACE
                 job.loop.call_soon_threadsafe(job.async_task.cancel)
                 return True
+            # Raised while we hold the lock: the thread cannot have ended and its id be reused.
+            if not job.interrupt_handler(error):
+                return False  # the handler returned meanwhile: its outcome is recorded as usual
+            if not settle:
+                self.jobs.disown_locked(job)
             self.jobs.abandon_running_locked(job)
             self.executor.replace(job.thread)
-            # Raised while we hold the lock: the thread cannot have ended and its id be reused.
-            raise_in_thread(job.thread, type(error))
             if settle:
                 self.jobs.outcomes.put(Outcome.failed(job, error))
         logger.warning(
@@ -187,4 +190,4 @@ class Watchdog:
             job.interrupt_error = error
             job.loop.call_soon_threadsafe(job.async_task.cancel)
         else:
-            raise_in_thread(job.thread, type(error))
+            job.interrupt_handler(error)  # if the handler returned, the thread stops after it
