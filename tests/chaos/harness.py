@@ -570,12 +570,15 @@ class Chaos:
             return None
 
     def wait_drained(self, timeout: float) -> float | None:
-        """Wait until the clients are done and no task is pending, active, scheduled or retrying;
-        return when (time.time()), or None if that did not happen within `timeout` seconds."""
+        """Wait until the clients are done, the outbox is empty and no task is pending, active,
+        scheduled or retrying; return when (time.time()), or None if that did not happen within
+        `timeout` seconds. (A task still in the outbox is acknowledged but not yet in Redis.)"""
 
         def drained() -> bool:
             sizes = self.sizes()
-            return self.clients_done() and sizes is not None and not any(sizes[s] for s in LIVE_STATES)
+            if not self.clients_done() or sizes is None or any(sizes[s] for s in LIVE_STATES):
+                return False
+            return self.outbox_count() == 0
 
         return time.time() if wait_for(drained, timeout, interval=0.1, fail=False) else None
 
