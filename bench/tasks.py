@@ -80,3 +80,18 @@ if FLOW_CONCURRENCY:
     @task(max_concurrency=int(FLOW_CONCURRENCY))
     def concurrency_limited(seconds: float) -> None:
         record_run(seconds)
+
+
+def runs_key() -> str:
+    """The Redis list `debounced_record` pushes onto (bench/debounce.py)."""
+    return f"{get_settings().KEY_PREFIX}:bench:runs"
+
+
+def _by_key(key: str, value: int) -> str:
+    return f"bench:{key}"
+
+
+@task(debounce=0.5, debounce_key=_by_key)
+def debounced_record(key: str, value: int) -> None:
+    """Push "<key> <value>" onto the run's runs list: one per run of a debounced burst."""
+    get_broker().client.rpush(runs_key(), f"{key} {value}")

@@ -78,8 +78,8 @@ KNOWN_TASKS = 256
 #: RTQTask's own options: a task that differs from another in none of them (nor in its function)
 #: is the same definition, whatever its queue, priority, run_after or backend (`using()`).
 RTQ_FIELDS = (
-    "max_retries", "timeout", "retention", "retry_backoff", "unique", "unique_key", "rate_limit", "burst",
-    "max_concurrency", "takes_context",
+    "max_retries", "timeout", "retention", "retry_backoff", "unique", "unique_key", "debounce",
+    "debounce_key", "rate_limit", "burst", "max_concurrency", "takes_context",
 )  # fmt: skip
 
 
@@ -100,6 +100,8 @@ class RTQTask(Task):
     retry_backoff: Any = None
     unique: bool | float = False
     unique_key: str | None = None
+    debounce: float | None = None  # docs/debounce.md
+    debounce_key: Any = None  # a string, or a function of the call's arguments that returns one
     rate_limit: str | None = None
     burst: int | None = None
     max_concurrency: int | None = None
@@ -114,7 +116,8 @@ class RTQTask(Task):
             **backend.task_defaults,
         }
         for name in (
-            "max_retries", "timeout", "retention", "retry_backoff", "unique_key", *LIMIT_OPTIONS,
+            "max_retries", "timeout", "retention", "retry_backoff", "unique_key", "debounce", "debounce_key",
+            *LIMIT_OPTIONS,
         ):  # fmt: skip
             value = getattr(self, name)
             if value is not None:
@@ -208,7 +211,9 @@ class RTQBackend(BaseTaskBackend):
                 using=get_settings().OUTBOX_DATABASE,
             )
         else:
-            sending.enqueue([message], announce=_nothing_to_announce)
+            landed = sending.enqueue([message], announce=_nothing_to_announce)[0]
+            if landed.id != message.id:  # debounced, merged into the copy that waits: its id
+                result = replace(result, id=landed.id)
             task_enqueued.send(type(self), task_result=result)
         return result
 

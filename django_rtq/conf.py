@@ -45,6 +45,8 @@ class RTQSettings:
     HEARTBEAT_INTERVAL: float = defaults.DEFAULT_HEARTBEAT_INTERVAL_SECONDS
     # a task whose worker died while running it more often than this is archived (WorkerLost)
     MAX_RECOVERIES: int = defaults.DEFAULT_MAX_RECOVERIES
+    # a task whose handler raised Snooze more often than this is archived (TooManySnoozes)
+    MAX_SNOOZES: int = defaults.DEFAULT_MAX_SNOOZES
     FORWARDER_INTERVAL: float = defaults.DEFAULT_FORWARDER_INTERVAL_SECONDS
     RECOVERER_INTERVAL: float = defaults.DEFAULT_RECOVERER_INTERVAL_SECONDS
     JANITOR_INTERVAL: float = defaults.DEFAULT_JANITOR_INTERVAL_SECONDS

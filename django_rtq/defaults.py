@@ -13,6 +13,7 @@ DEFAULT_UNIQUE_TTL_SECONDS = 3600.0
 DEFAULT_LEASE_SECONDS = 5.0
 DEFAULT_RECOVERY_GRACE_SECONDS = 1.0  # past its expiry, for a renewal on its way to arrive
 DEFAULT_HEARTBEAT_INTERVAL_SECONDS = 1.0  # leases are renewed this often
+DEFAULT_MAX_SNOOZES = 100  # times a task may snooze (raise Snooze) before it is archived
 DEFAULT_MAX_RECOVERIES = 5  # times a task may be taken back from a dead worker mid-run
 DEFAULT_FORWARDER_INTERVAL_SECONDS = 1.0
 DEFAULT_RECOVERER_INTERVAL_SECONDS = 1.0

@@ -1,5 +1,8 @@
 """The errors django-rtq raises, and the ones task handlers may raise to steer retries."""
 
+#: The longest a handler may snooze its task (seconds): a day. Longer waits are scheduled tasks.
+MAX_SNOOZE_SECONDS = 86400
+
 
 class RTQError(Exception):
     """Base class of django-rtq's errors; never raised directly."""
@@ -65,6 +68,31 @@ class NonRetryableError(RTQError):
     """Raised by a handler to archive its task at once, without further retries."""
 
 
+class Snooze(RTQError):
+    """Raised by a handler to run its task again in `seconds` without spending an attempt
+    (docs/snooze.md): the task goes to scheduled, due then on the Redis server's clock, with
+    its retries left as they were. With `hold_type=True`, no other task of its type in its
+    queue starts before then either (a third-party API answered 429 with Retry-After)."""
+
+    def __init__(self, seconds: float, *, hold_type: bool = False) -> None:
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, int | float)
+            or not 0 <= seconds <= MAX_SNOOZE_SECONDS
+        ):
+            raise ValueError(
+                f"Snooze(seconds): a number of seconds from 0 to {MAX_SNOOZE_SECONDS}, not {seconds!r}."
+            )
+        self.seconds = float(seconds)
+        self.hold_type = bool(hold_type)
+        super().__init__(f"snoozed for {self.seconds:g}s" + (" (its type held)" if hold_type else ""))
+
+
+class TooManySnoozes(NonRetryableError):
+    """The task snoozed more often than `RTQ["MAX_SNOOZES"]` allows: it is archived with this
+    error, so that a handler that always snoozes does not keep it forever."""
+
+
 class TaskTimeout(RTQError):
     """The task ran longer than its timeout."""
 
@@ -85,6 +113,16 @@ class LeaseLost(RTQError):
 class WorkerShutdown(RTQError):
     """Raised in a handler still running when its worker's shutdown timeout ends; the task
     goes back to pending, uncounted."""
+
+
+class StoppedAtCheckpoint(WorkerShutdown):
+    """Raised by `save_checkpoint()` once the checkpoint is saved, in a handler whose worker is
+    shutting down: the handler ends at once, and the task goes back to pending, uncounted, to
+    resume from that checkpoint."""
+
+
+class CheckpointNotSaved(RTQError, ValueError):
+    """A checkpoint that cannot be saved: not JSON-serialisable, or too long."""
 
 
 class WorkerLost(RTQError):

@@ -73,11 +73,20 @@ def build_message(
     unique_ttl = None
     if unique or unique_key:
         unique_ttl = conf.UNIQUE_TTL if unique is True or not unique else as_seconds(unique, "unique")
-        if unique_key is None:
-            digest = hashlib.sha1(arguments_json.encode()).hexdigest()
-            unique_key = f"{task_type.name}:{digest}"
-        elif not isinstance(unique_key, str) or not unique_key:
-            raise InvalidTask(f"unique_key must be a non-empty string, not {unique_key!r}.")
+        unique_key = call_key(task_type.name, unique_key, arguments_json, args, kwargs, "unique_key")
+    debounce, debounce_key = _debounce(opts, task_type.name, arguments_json, args, kwargs)
+    if debounce is not None:
+        if unique_key is not None:
+            raise InvalidTask(
+                f"Task {task_type.name!r}: give unique or debounce, not both (a debounced task is "
+                "one waiting copy per key already: docs/debounce.md)."
+            )
+        if process_at is not None:
+            raise InvalidTask(
+                f"Task {task_type.name!r}: a debounced call is due `debounce` seconds after its "
+                "last enqueue; it takes no delay or process_at."
+            )
+        process_at = now + debounce
 
     task_id = opts.get("task_id")
     if task_id is None:
@@ -105,7 +114,50 @@ def build_message(
         unique_ttl=unique_ttl,
         enqueued_at=now,
         process_at=process_at,
+        debounce=debounce,
+        debounce_key=debounce_key,
     )
+
+
+def call_key(
+    task_name: str, given: Any, arguments_json: str, args: list[Any], kwargs: dict[str, Any], what: str
+) -> str:
+    """The key that tells two calls of a task type for the same (unique_key, debounce_key):
+    `given` as a string, or what a callable given returns for the call's arguments, or by
+    default the type's name and a digest of all its arguments."""
+    if given is None:
+        digest = hashlib.sha1(arguments_json.encode()).hexdigest()
+        return f"{task_name}:{digest}"
+    if callable(given):
+        given = given(*args, **kwargs)
+    if not isinstance(given, str) or not given:
+        raise InvalidTask(f"{what} must be a non-empty string, not {given!r}.")
+    return given
+
+
+def _debounce(
+    opts: dict[str, Any], task_name: str, arguments_json: str, args: list[Any], kwargs: dict[str, Any]
+) -> tuple[float | None, str | None]:
+    """A call's debounce window (seconds, at least a millisecond) and key; (None, None) if it
+    is not debounced."""
+    window = opts.get("debounce")
+    if window is None or window is False:
+        if opts.get("debounce_key") is not None:
+            raise InvalidTask(f"Task {task_name!r}: debounce_key needs debounce (the window, in seconds).")
+        return None, None
+    seconds = as_seconds(window, "debounce")
+    if seconds is None or seconds < 0.001:
+        raise InvalidTask(f"debounce must be a window of a millisecond at least, not {window!r}.")
+    return seconds, call_key(
+        task_name, opts.get("debounce_key"), arguments_json, args, kwargs, "debounce_key"
+    )
+
+
+def check_arguments(task_type: TaskSpec, args: list[Any], kwargs: dict[str, Any]) -> None:
+    """Raise InvalidArguments unless the handler can take these arguments and they come back
+    from JSON as given: the rule of an enqueue, for arguments edited by hand."""
+    _bind(task_type, args, kwargs)
+    _arguments_json(args, kwargs, task_type.name)
 
 
 @lru_cache(maxsize=1024)

@@ -63,13 +63,17 @@ class LiveTask(models.Model):
 
     "view" lets staff look at queues, workers and tasks; "change" lets them act (run now,
     archive, delete, cancel, pause and resume); "enqueue_task" lets API clients enqueue exposed
-    task types. See `django_rtq.permissions`.
+    task types; "edit_task_arguments" lets staff edit a failed or archived task's arguments
+    and run it again. See `django_rtq.permissions`.
     """
 
     class Meta:
         managed = False
         default_permissions = ("view", "change")
-        permissions = [("enqueue_task", _("Can enqueue tasks through the API"))]
+        permissions = [
+            ("enqueue_task", _("Can enqueue tasks through the API")),
+            ("edit_task_arguments", _("Can edit a task's arguments and run it again")),
+        ]
         verbose_name = _("live task")
         verbose_name_plural = _("live tasks")
 
@@ -102,3 +106,31 @@ class OutboxTask(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_name} {self.task_id} (outbox)"
+
+
+class TaskEdit(models.Model):
+    """A task's arguments edited by hand before it ran again: who, when, from what to what.
+
+    Written in the same database transaction as the edit (see `Operations.edit_and_run`), in
+    the mirror's database; the task's page shows them, live or finished.
+    """
+
+    task_id = models.CharField(_("task id"), max_length=255, db_index=True)
+    task_name = models.CharField(_("task"), max_length=255)
+    queue = models.CharField(_("queue"), max_length=255)
+    edited_by = models.CharField(_("edited by"), max_length=255, blank=True)  # "" for code
+    edited_at = models.DateTimeField(_("edited at"))
+    state = models.CharField(_("state before"), max_length=16)  # retry or archived
+    old_args = models.JSONField(_("arguments before"), default=list)
+    old_kwargs = models.JSONField(_("keyword arguments before"), default=dict)
+    new_args = models.JSONField(_("arguments after"), default=list)
+    new_kwargs = models.JSONField(_("keyword arguments after"), default=dict)
+
+    class Meta:
+        default_permissions = ()
+        ordering = ["-edited_at", "-pk"]
+        verbose_name = _("task edit")
+        verbose_name_plural = _("task edits")
+
+    def __str__(self) -> str:
+        return f"{self.task_id} edited by {self.edited_by or 'code'}"

@@ -14,33 +14,45 @@ their name (who started a bulk job) without checking again.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
+from django.db import transaction
 from django.db.models import QuerySet
+from django.utils import timezone
 
 from .broker import Broker, TaskMessage, bulk, forgetting, manual, workflow
 from .broker.bulk import PURGE_STATES, BulkJob
 from .broker.inspect import NAME_SEARCH_SCAN, Inspector, LimitUse, QueueStats, TaskInfo
 from .broker.limits import QUEUE_SCOPE
-from .broker.states import Action, TaskState, allows, skip_reason
+from .broker.snoozing import held_types
+from .broker.states import EDIT_STATES, Action, TaskState, allows, skip_reason
 from .broker.timings import Histogram
 from .broker.waiting import WaitingKind, waiting_for_worker
 from .conf import get_settings
 from .connection import get_broker
-from .exceptions import BulkJobNotFound, InvalidStateTransition, QueueInUse, QueueNotFound, TaskNotFound
+from .exceptions import (
+    BulkJobNotFound,
+    InvalidArguments,
+    InvalidStateTransition,
+    QueueInUse,
+    QueueNotFound,
+    TaskNotFound,
+)
 from .flow_control import project_limits
 from .formats import format_duration, plural
+from .message_builder import check_arguments
 from .mirror import row_from_record
-from .models import FinishedTask, OutboxTask
+from .models import FinishedTask, OutboxTask, TaskEdit
 from .outbox import OutboxStats, outbox_stats
 from .periodic import Schedule, get_schedules
-from .permissions import CHANGE_LIVE, ENQUEUE, VIEW_HISTORY, VIEW_LIVE, has_permission
+from .permissions import CHANGE_LIVE, EDIT_ARGUMENTS, ENQUEUE, VIEW_HISTORY, VIEW_LIVE, has_permission
 from .queue_names import named_queues
-from .registry import TaskType, registered_tasks
+from .registry import TaskType, get_task_type, registered_tasks
 from .task_view import TaskView, view_of_finished_task, view_of_live_task
 
 #: How long (seconds) a request that starts a bulk job works on it before it answers; a
@@ -229,14 +241,20 @@ class Operations:
         limits' use per queue."""
         self.require(VIEW_LIVE)
         uses: dict[str, dict[str, LimitUse]] = {}
+        holds: dict[str, dict[str, int]] = {}
         reasons = {}
         for task in tasks:
             if not task.held:
                 continue
             if task.queue not in uses:
                 uses[task.queue] = {use.scope: use for use in self._limit_use(task.queue)}
+                holds[task.queue] = held_types(self.broker, task.queue)
             name = task.message.task if task.message else ""
-            reasons[task.id] = held_reason(name, uses[task.queue].get(name))
+            until_ms = holds[task.queue].get(name, 0)
+            if until_ms > self.broker.now_ms():
+                reasons[task.id] = snooze_hold_reason(name, (until_ms - self.broker.now_ms()) / 1000)
+            else:
+                reasons[task.id] = held_reason(name, uses[task.queue].get(name))
         return reasons
 
     def held_reason(self, task: TaskInfo) -> str | None:
@@ -429,6 +447,89 @@ class Operations:
             raise InvalidStateTransition(f"Task {task_id!r} is no longer in a state this applies to.")
         return report
 
+    # Editing a task's arguments, then running it again
+
+    def editable_task(self, task_id: str, queue: str | None = None) -> TaskInfo:
+        """A live task whose arguments may be edited (see `edit_and_run`), as it is now; raise
+        TaskNotFound, or InvalidStateTransition saying why it may not be."""
+        self.require(EDIT_ARGUMENTS)
+        task = self.inspector.get_task(task_id, queue)
+        if task.state not in EDIT_STATES:
+            raise InvalidStateTransition(
+                f"Task {task_id!r} is {task.state}: only {' or '.join(EDIT_STATES)} tasks can be edited."
+            )
+        if task.message is None or task.raw_message is None:
+            raise InvalidStateTransition(
+                f"Task {task_id!r} cannot be edited: its stored message is not one this release reads."
+            )
+        if manual.workflow_ids(self.broker, task.queue, [task.id]):
+            raise InvalidStateTransition(f"Task {task_id!r} cannot be edited: {WORKFLOW_RUN_REASON}.")
+        return task
+
+    def edit_and_run(
+        self, task_id: str, args: Sequence[Any], kwargs: dict[str, Any], queue: str | None = None
+    ) -> TaskEdit:
+        """Replace a failed (retry) or archived task's arguments and move it to pending, recording
+        who edited what (a `TaskEdit`, in the mirror's database). The arguments must bind to the
+        handler as this process has it and be JSON, as at enqueue: else InvalidArguments.
+        InvalidStateTransition if the task may not be edited, or moved or was edited meanwhile
+        (then nothing changed and nothing is recorded)."""
+        task = self.editable_task(task_id, queue)
+        edited = self.check_edit(task, args, kwargs)
+        message = task.message
+        assert message is not None and task.raw_message is not None  # editable_task checked
+        database = get_settings().MIRROR_DATABASE
+        # The record commits only if the edit happened: the script runs inside the transaction.
+        with transaction.atomic(using=database):
+            record = TaskEdit.objects.using(database).create(
+                task_id=task.id,
+                task_name=message.task,
+                queue=task.queue,
+                edited_by=self.username,
+                edited_at=timezone.now(),
+                state=task.state,
+                old_args=message.args,
+                old_kwargs=message.kwargs,
+                new_args=edited.args,
+                new_kwargs=edited.kwargs,
+            )
+            if not manual.edit_and_run(self.broker, task.queue, task.id, task.raw_message, edited):
+                raise InvalidStateTransition(
+                    f"Task {task_id!r} was not edited: it moved, or someone edited it, meanwhile."
+                )
+        return record
+
+    def check_edit(self, task: TaskInfo, args: Sequence[Any], kwargs: dict[str, Any]) -> TaskMessage:
+        """`task`'s message with these arguments, if its handler (as this process has it) takes
+        them and they are JSON, as at enqueue; else InvalidArguments. Nothing changes."""
+        self.require(EDIT_ARGUMENTS)
+        if task.message is None:
+            raise InvalidArguments(f"Task {task.id!r} has no message this release reads.")
+        task_type = get_task_type(task.message.task)
+        if task_type is None:
+            raise InvalidArguments(
+                f"Task type {task.message.task!r} is not registered in this process, so new arguments "
+                "cannot be checked against its handler: edit it from a process that has it."
+            )
+        args, kwargs = list(args), dict(kwargs)
+        check_arguments(task_type, args, kwargs)
+        return dataclasses.replace(task.message, args=args, kwargs=kwargs)
+
+    def task_edits(self, task_id: str) -> QuerySet[TaskEdit]:
+        """Who edited a task's arguments, and how, the latest first: for whoever may see the task."""
+        self.require(VIEW_LIVE, VIEW_HISTORY)
+        return TaskEdit.objects.using(get_settings().MIRROR_DATABASE).filter(task_id=task_id)
+
+    def count_matching(
+        self, queue: str, state: TaskState | str, *, task_name: str = "", error_class: str = ""
+    ) -> int:
+        """How many tasks of a state are of the type `task_name` and last failed with the class
+        `error_class` (either "" for any): what a narrowed run would find now."""
+        self.require(VIEW_LIVE)
+        if not task_name and not error_class:
+            return self.inspector.count(queue, state)
+        return manual.count_matching(self.broker, queue, TaskState(state), task_name, error_class)
+
     # Acting on whole states: bulk jobs
 
     def start_bulk(
@@ -438,14 +539,25 @@ class Operations:
         states: Sequence[TaskState | str],
         *,
         budget: float | None = None,
+        task_name: str = "",
+        error_class: str = "",
     ) -> BulkJob:
         """Start acting on every task of `states` of a queue, work on it for `budget` seconds
         (REQUEST_BUDGET by default), and return where it got to: a worker's bulk runner (or
-        `rtq_bulk`) does the rest."""
+        `rtq_bulk`) does the rest. A run ("run again") may be narrowed to one task type and
+        to tasks whose last error is of one class (a dotted path)."""
         action = Action(action)
         self.require(CHANGE_LIVE)
         self.check_queue(queue)
-        job = bulk.start(self.broker, queue, action, [TaskState(s) for s in states], started_by=self.username)
+        job = bulk.start(
+            self.broker,
+            queue,
+            action,
+            [TaskState(s) for s in states],
+            started_by=self.username,
+            task_name=task_name,
+            error_class=error_class,
+        )
         budget = REQUEST_BUDGET if budget is None else budget
         return bulk.carry_on(self.broker, queue, job.id, budget=budget) or job
 
@@ -498,6 +610,14 @@ class Operations:
         """Enqueue a call of an exposed task type, as the user."""
         self.require(ENQUEUE)
         return task_type.using(**options).enqueue(*args, **kwargs)
+
+
+def snooze_hold_reason(task: str, seconds_left: float) -> str:
+    """Why a task of type `task` is held back while a snooze holds its type (docs/snooze.md)."""
+    return (
+        f"Held back for {format_duration(seconds_left)} more: a task of its type {task} snoozed "
+        "holding its type (Snooze(hold_type=True)), and none of the type starts in the queue before then."
+    )
 
 
 def held_reason(task: str, use: LimitUse | None) -> str:

@@ -98,8 +98,8 @@ class TaskType:
     def enqueue(self, *args: Any, **kwargs: Any) -> TaskMessage:
         """Enqueue a call of this task; return its message (`.id` identifies it)."""
         message = self.prepare(*args, **kwargs)
-        sending.enqueue([message], announce=announce_enqueued)
-        return message
+        landed = sending.enqueue([message], announce=announce_enqueued)
+        return _with_landed_ids([message], landed)[0]
 
     def enqueue_on_commit(self, *args: Any, **kwargs: Any) -> TaskMessage:
         """Enqueue once the current database transaction commits (at once outside one). The
@@ -166,8 +166,13 @@ class Signature:
 def enqueue_many(messages: Iterable[TaskMessage]) -> list[TaskMessage]:
     """Enqueue prepared messages in one round trip (`my_task.prepare(...)` makes them)."""
     messages = list(messages)
-    sending.enqueue(messages, announce=announce_enqueued)
-    return messages
+    return _with_landed_ids(messages, sending.enqueue(messages, announce=announce_enqueued))
+
+
+def _with_landed_ids(messages: list[TaskMessage], landed: list[TaskMessage]) -> list[TaskMessage]:
+    """The messages given, each debounced one merged into the copy that waits with that copy's
+    id (docs/debounce.md): the handle the caller gets is of the task that will run."""
+    return [m if m.id == to.id else replace(m, id=to.id) for m, to in zip(messages, landed, strict=True)]
 
 
 def announce_enqueued(messages: Sequence[TaskMessage]) -> None:
@@ -222,6 +227,10 @@ def task(
             resolve_backoff(options["retry_backoff"])
         if not SCHEDULE_OPTIONS.isdisjoint(options):
             check_schedule(task_name, cron=options.get("cron"), every=options.get("every"))
+            if options.get("debounce") is not None:
+                raise ImproperlyConfigured(
+                    f"Periodic task {task_name!r} cannot be debounced: each tick runs once already."
+                )
         register_task(task_type)
         return task_type
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 
 import redis
 from django.db import Error as DjangoDatabaseError
@@ -33,8 +34,12 @@ logger = logging.getLogger(__name__)
 PAUSE_AFTER_OUTAGE = 5.0
 
 
-def enqueue(messages: Sequence[TaskMessage], *, announce: Announce, on_commit: bool = False) -> None:
-    """Send `messages` now, or with `on_commit` once the current transaction commits.
+def enqueue(
+    messages: Sequence[TaskMessage], *, announce: Announce, on_commit: bool = False
+) -> list[TaskMessage]:
+    """Send `messages` now, or with `on_commit` once the current transaction commits; return
+    them as they landed: a debounced one merged into the copy that waits has that copy's id
+    (docs/debounce.md); on commit, or kept in the outbox, as given.
 
     Now: if Redis is away, raise BrokerUnavailable; or, with `RTQ["OUTBOX_FALLBACK"]`, keep
     them in the outbox (in the current transaction, if any).
@@ -47,18 +52,16 @@ def enqueue(messages: Sequence[TaskMessage], *, announce: Announce, on_commit: b
     Each carries the trace context of the enqueue's span (tracing.py), if any.
     """
     with sending(messages) as traced:
-        _enqueue(traced, announce=announce, on_commit=on_commit)
+        return _enqueue(traced, announce=announce, on_commit=on_commit)
 
 
-def _enqueue(messages: Sequence[TaskMessage], *, announce: Announce, on_commit: bool) -> None:
+def _enqueue(messages: Sequence[TaskMessage], *, announce: Announce, on_commit: bool) -> list[TaskMessage]:
     conf = get_settings()
     _announce_signatures()  # before the tasks: a worker that cannot bind them reads it
     if not on_commit:
         if conf.OUTBOX_FALLBACK:
-            _send_or_keep(messages, announce)
-        else:
-            _send_or_raise(messages, announce)
-        return
+            return _send_or_keep(messages, announce)
+        return _send_or_raise(messages, announce)
     using = conf.OUTBOX_DATABASE
     connection = connections[using]
     if not conf.OUTBOX:
@@ -71,6 +74,7 @@ def _enqueue(messages: Sequence[TaskMessage], *, announce: Announce, on_commit: 
         raise TransactionManagementError("enqueue_on_commit() needs autocommit or an atomic() block.")
     else:
         _send_at_once(messages, announce)
+    return list(messages)
 
 
 def _announce_signatures() -> None:
@@ -89,9 +93,18 @@ def _announce_signatures() -> None:
         logger.debug("could not announce the task signatures: %s", exc)
 
 
-def _send_or_raise(messages: Sequence[TaskMessage], announce: Announce) -> None:
-    get_broker().enqueue(messages)
-    announce(messages)
+def _send_or_raise(messages: Sequence[TaskMessage], announce: Announce) -> list[TaskMessage]:
+    landed = _landed(messages, get_broker().enqueue(messages))
+    announce(landed)
+    return landed
+
+
+def _landed(messages: Sequence[TaskMessage], merged: dict[int, str] | None) -> list[TaskMessage]:
+    """The messages sent, each debounced one that was merged with the id of the copy it was
+    merged into (`merged`: what Broker.enqueue returns; None from a test's interceptor)."""
+    if not merged:
+        return list(messages)
+    return [replace(m, id=merged[i]) if i in merged else m for i, m in enumerate(messages)]
 
 
 def _send_at_once(messages: Sequence[TaskMessage], announce: Announce) -> None:
@@ -114,7 +127,7 @@ def _send_at_once(messages: Sequence[TaskMessage], announce: Announce) -> None:
     keep(messages)
 
 
-def _send_or_keep(messages: Sequence[TaskMessage], announce: Announce) -> None:
+def _send_or_keep(messages: Sequence[TaskMessage], announce: Announce) -> list[TaskMessage]:
     """`RTQ["OUTBOX_FALLBACK"]`: send `messages` now, or keep them in the outbox if Redis is
     away (or was moments ago). Raise BrokerUnavailable only if they cannot be stored either.
 
@@ -122,13 +135,15 @@ def _send_or_keep(messages: Sequence[TaskMessage], announce: Announce) -> None:
     lost after Redis took the tasks keeps them all the same, and they may run twice."""
     if not redis_recently_away():
         try:
-            get_broker().enqueue(messages)
+            merged = get_broker().enqueue(messages)
         except BrokerUnavailable as exc:
             _pause(exc)
         else:
-            announce(messages)
-            return
+            landed = _landed(messages, merged)
+            announce(landed)
+            return landed
     keep(messages)
+    return list(messages)
 
 
 def _refusal(message: TaskMessage, outcome: int | Exception) -> Exception:

@@ -26,6 +26,8 @@ TYPE_OPTIONS = frozenset(
         "deadline",
         "unique",
         "unique_key",
+        "debounce",
+        "debounce_key",
         "retention",
         "cron",
         "every",
@@ -39,9 +41,16 @@ SCHEDULE_OPTIONS = frozenset({"cron", "every"})
 CALL_OPTIONS = frozenset({"delay", "process_at", "task_id"})
 #: What `TaskType.using(...)` takes: the type's options a call may override, and the call's own.
 USING_OPTIONS = TYPE_OPTIONS - {"retry_backoff", "expose", *SCHEDULE_OPTIONS, *LIMIT_OPTIONS} | CALL_OPTIONS
+#: Options that merge calls (docs/debounce.md): a workflow's steps each run, so never debounced.
+DEBOUNCE_OPTIONS = frozenset({"debounce", "debounce_key"})
 #: Per-call options a workflow step may carry (the same as `TaskType.using` takes, but the task
-#: id: the workflow gives its children ids of its own).
-STEP_OPTIONS = TYPE_OPTIONS - {"retry_backoff", "expose", *SCHEDULE_OPTIONS} | CALL_OPTIONS - {"task_id"}
+#: id: the workflow gives its children ids of its own; and debouncing).
+STEP_OPTIONS = TYPE_OPTIONS - {
+    "retry_backoff",
+    "expose",
+    *SCHEDULE_OPTIONS,
+    *DEBOUNCE_OPTIONS,
+} | CALL_OPTIONS - {"task_id"}
 #: A task id of your own: 1 to 255 printable ASCII characters but / \ % ? # (and no spaces), so
 #: that it is one URL path segment, reads the same quoted or not, and fits the ORM mirror's
 #: column. A workflow's children get its id with ".<position>" added, or, past that length, a

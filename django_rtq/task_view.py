@@ -7,6 +7,7 @@ here once, from the inspector's `TaskInfo` or from a `FinishedTask` row.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -50,6 +51,9 @@ class TaskView:
     worker: str | None  # running it, or of its latest attempt
     workers: list[str]  # one per attempt, a running one included
     held_back: str | None = None  # why its type's limits hold it back (Operations.held_reason)
+    snoozed: int = 0  # times its handler snoozed it (raised Snooze), no attempt counted
+    checkpoint: Any = None  # the latest checkpoint a run saved (docs/checkpoints.md), decoded
+    checkpointed_at: datetime | None = None  # when it was saved
     # Live only
     message: TaskMessage | None = None  # None when the stored message is corrupt
     raw_message: str | None = None
@@ -118,6 +122,9 @@ def view_of_live_task(task: TaskInfo, held_back: str | None = None) -> TaskView:
         worker=task.owner or attempt.worker,
         workers=workers,
         held_back=held_back,
+        snoozed=attempt.snoozed,
+        checkpoint=_decoded(attempt.checkpoint_json),
+        checkpointed_at=utc_datetime(attempt.checkpointed_at),
         message=message,
         raw_message=task.raw_message,
         attempt=attempt,
@@ -171,3 +178,13 @@ def _last_attempt(row: FinishedTask) -> datetime | None:
 
 def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
+
+
+def _decoded(raw: str | None) -> Any:
+    """A stored checkpoint's value; its text as it is if that is not JSON (a corrupt one)."""
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw

@@ -29,6 +29,7 @@ from django_rtq.operations import Operations
 from tests.support.factories import forget
 from tests.support.polling import wait_for
 from tests.support.reading import ids_in
+from tests.support.runs import reports
 from tests.testapp import tasks as testapp_tasks
 
 # Playwright's sync API runs an event loop in this thread; Django refuses database access from a
@@ -158,6 +159,18 @@ def test_the_task_page(page, live_server, broker, run_worker):
     assert "Traceback (most recent call last)" in page.inner_text("#rtq-error")
     assert '"shown"' in page.inner_text("#rtq-payload")
     screenshot(page, "task")
+
+
+def test_a_snoozed_task_on_its_page(page, live_server, broker, run_worker):
+    message = testapp_tasks.snoozes_once.enqueue("shown-snoozed", 600)
+    with run_worker():
+        wait_for(lambda: ids_in(broker, "default", S.SCHEDULED) == [message.id], message="snoozed")
+    page.goto(url(live_server, "/admin/django_rtq/livetask/tasks/scheduled/?queue=default"))
+    page.click(f"a:text('{message.id}')")
+
+    snoozed = page.inner_text("#rtq-snoozed")
+    assert "1 time, no attempt counted" in snoozed and "(last " in snoozed
+    assert "0 retries of at most 2" in page.inner_text(".rtq-fields")
 
 
 def test_cancel_an_active_task(page, live_server, broker, run_worker):
@@ -505,3 +518,78 @@ def test_a_list_on_a_phone(page, live_server, broker):
     page.goto(url(live_server, "/admin/django_rtq/livetask/tasks/archived/?queue=default"))
     assert overflow(page) <= 0
     screenshot(page, "archived-list-390")
+
+
+def test_edit_an_archived_tasks_arguments_and_run_it_again(page, live_server, broker, run_worker):
+    with run_worker():
+        task_id = testapp_tasks.divide.enqueue(1, 0).id
+        wait_for(lambda: Operations().live_task(task_id).state == S.ARCHIVED, message="the failed division")
+    page.goto(url(live_server, f"/admin/django_rtq/livetask/task/{quote(task_id)}/?queue=default"))
+    page.click("#rtq-edit-link")
+    assert "divide(a, b, *, digits=None)" in page.inner_text("#rtq-edit-signature")
+
+    page.fill("#rtq-args", "[9]")
+    page.click("#rtq-edit-form input[type=submit]")
+    assert "missing a required argument: 'b'" in page.inner_text("#rtq-edit-error")
+    assert page.input_value("#rtq-args") == "[9]"  # what was typed stays, to correct it
+    screenshot(page, "edit-arguments-refused")
+
+    page.fill("#rtq-args", "[9, 4]")
+    page.fill("#rtq-kwargs", '{"digits": 1}')
+    page.click("#rtq-edit-form input[type=submit]")
+    assert "Edit the arguments of task" in page.inner_text("#content")
+    changes = page.inner_text("#rtq-confirm-changes")
+    assert '"digits": 1' in changes
+    screenshot(page, "confirm-edit-arguments")
+    page.click("input[type=submit][value='Yes, edit and run again']")
+
+    assert "edited and moved to pending." in page.inner_text(".messagelist")
+    with run_worker():
+        wait_for(lambda: Operations().live_task(task_id).state == S.COMPLETED, message="the edited run")
+    page.reload()
+    assert Operations().live_task(task_id).result == 2.2
+    history = page.inner_text("#rtq-history")
+    assert "admin" in history
+    assert "archived" in history
+    screenshot(page, "task-history")
+
+
+def test_run_again_every_archived_task_of_a_type_and_an_error(page, live_server, broker, run_worker):
+    with run_worker():
+        zero = [testapp_tasks.divide.enqueue(n, 0).id for n in range(3)]
+        other = testapp_tasks.divide.enqueue("a", 2).id  # a TypeError
+        wait_for(lambda: Operations().count("default", S.ARCHIVED) == 4, message="four failed divisions")
+    page.goto(url(live_server, "/admin/django_rtq/livetask/tasks/archived/?queue=default"))
+    page.fill("#rtq-run-again input[name=task_name]", testapp_tasks.divide.name)
+    page.fill("#rtq-run-again input[name=error_class]", "builtins.ZeroDivisionError")
+    screenshot(page, "run-again-form")
+    page.click("#rtq-run-again button[type=submit]")
+
+    question = page.inner_text("#content")
+    assert (
+        f"all 3 archived tasks of type {testapp_tasks.divide.name} whose last error is a "
+        "builtins.ZeroDivisionError of queue 'default'?"
+    ) in question
+    screenshot(page, "confirm-run-again")
+    page.click("input[type=submit][value='Yes, run now']")
+
+    # the request that started it works on it for a second: four tasks, finished at once
+    assert page.get_attribute("#rtq-bulk", "data-finished") == "yes"
+    assert page.inner_text("#rtq-bulk-done").startswith("3 of")
+    screenshot(page, "run-again-progress")
+    assert sorted(ids_in(broker, "default", S.PENDING)) == sorted(zero)
+    assert ids_in(broker, "default", S.ARCHIVED) == [other]
+
+
+def test_the_page_of_a_task_stopped_at_its_checkpoint(page, live_server, broker, run_worker, redis_client):
+    message = testapp_tasks.counts_with_checkpoints.enqueue("browser", 100_000, pause=0.01)
+    with run_worker(shutdown_timeout=60) as worker:
+        wait_for(lambda: len(reports(redis_client, "browser")) >= 5, message="the task to count")
+        worker.stop()  # it stops the handler at its next checkpoint, and gives the task back
+    saved = reports(redis_client, "browser")[-1]
+    page.goto(url(live_server, "/admin/django_rtq/livetask/tasks/pending/?queue=default"))
+    page.click(f"a:text('{message.id}')")
+
+    shown = page.inner_text("#rtq-checkpoint")
+    assert f"Its next run resumes from {saved}, saved" in shown
+    assert "0 retries" in page.inner_text("#content")

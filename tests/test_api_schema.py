@@ -116,7 +116,7 @@ def test_every_request_keeps_the_contract(app):
     run = run_seed()
     schema = schemathesis.openapi.from_wsgi(SCHEMA_URL, app, headers=AUTH)
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) == 18
+    assert len(operations) == 20
     known = {"task_id": ids["scheduled"], "queue": "default", "name": "tests.testapp.api_tasks.anything"}
     failures = []
     statuses: Counter = Counter()

@@ -162,6 +162,7 @@ def test_stats_as_json(rtq: Broker, clock: FakeClock):
                 "paused": False,
                 "oldest_pending_age": 10.0,
                 "waiting": 0,
+                "snoozed_today": 0,  # tests/test_snooze.py
                 "size": 10,
                 "limits": [],  # no flow-control limit, no use (tests/test_flow_control_surfaces.py)
                 "waiting_for_worker": [],  # tests/test_waiting_for_worker_surfaces.py
@@ -348,6 +349,9 @@ def test_task_shows_every_field(rtq: Broker, clock: FakeClock):
         "parent_queue": "-",
         "position": "-",
         "trace": "-",
+        "debounce": "-",
+        "debounce_key": "-",
+        "merged_enqueues": "0",
         "started_at": START,
         "failed_at": "2023-11-14 22:13:22 UTC",
         "worker": WORKER,

@@ -4,16 +4,14 @@ inside the claim, on the standalone Redis and the 3-master cluster, on a clock t
 from __future__ import annotations
 
 import re
-import uuid
 from pathlib import Path
 
 import pytest
 import redis
 
-from django_rtq.broker import Broker, TaskMessage, TaskState, manual
+from django_rtq.broker import Broker, TaskState, manual
 from django_rtq.broker.limits import HELD_BASE, QUEUE_SCOPE, FlowLimits, Limit, make_limit
-from tests.support.clock import START_TIME
-from tests.support.factories import EMAILS, WORKER, done
+from tests.support.factories import EMAILS, WORKER, done, enqueue
 from tests.support.polling import wait_for
 
 PAY, MAIL = "shop.tasks.pay", "shop.tasks.mail"
@@ -28,12 +26,7 @@ def use(broker: Broker, flow: FlowLimits) -> None:
 
 
 def add(broker: Broker, task: str, count: int = 1, **fields) -> list[str]:
-    messages = [
-        TaskMessage(id=uuid.uuid4().hex, task=task, queue=EMAILS, enqueued_at=START_TIME, **fields)
-        for _ in range(count)
-    ]
-    broker.enqueue(messages)
-    return [m.id for m in messages]
+    return enqueue(broker, EMAILS, count, task=task, **fields)
 
 
 def claim(broker: Broker, limit: int = 10, worker: str = WORKER, start_now: int | None = None):

@@ -413,8 +413,9 @@ def test_run_now_skips_a_finished_workflow(inspector: Inspector):
     assert manual.run_now(broker, EMAILS, [finished]) == 0
     assert manual.run_now(broker, EMAILS, [finished, task_id]) == 1
     qk = broker.queue(EMAILS)
-    keys = [qk.state, qk.priority, qk.pending, qk.seq, qk.msg, qk.archived]
-    assert broker.run_script("run_now", keys, [qk.wake_channel, 1, S.ARCHIVED, finished]) == 0  # the script
+    keys = [qk.state, qk.priority, qk.pending, qk.seq, qk.msg, qk.info, qk.archived]
+    args = [qk.wake_channel, "", "", "", "", 1, S.ARCHIVED, finished]
+    assert broker.run_script("run_now", keys, args) == 0  # the script
 
     assert ids_in(broker, EMAILS, S.ARCHIVED) == [finished]
     assert ids_in(broker, EMAILS, S.PENDING) == [task_id]

@@ -18,14 +18,16 @@ from django_rtq.exceptions import BulkJobNotFound, InvalidStateTransition, Queue
 from django_rtq.models import FinishedTask
 from django_rtq.operations import WORKFLOW_RUN_REASON, Operations
 from django_rtq.task_view import TaskView
-from tests.support.factories import BILLING, EMAILS, WORKER, claim_ids, done, enqueue, make_tasks
+from tests.support.factories import BILLING, EMAILS, WORKER, claim_ids, done, enqueue, failed_call, make_tasks
 from tests.support.users import user_with
-from tests.testapp import api_tasks
+from tests.testapp import api_tasks, tasks
 
 pytestmark = pytest.mark.django_db
 
 S = TaskState
 VIEW, CHANGE, ENQUEUE, HISTORY = perms.VIEW_LIVE, perms.CHANGE_LIVE, perms.ENQUEUE, perms.VIEW_HISTORY
+EDIT = perms.EDIT_ARGUMENTS
+ZERO = "builtins.ZeroDivisionError"
 
 
 # Permissions: each operation needs one permission (or one of several), and nothing else opens it.
@@ -46,6 +48,9 @@ OPERATIONS: dict[str, tuple[tuple[str, ...], Callable[[Operations, dict[str, Any
     "act": ((CHANGE,), lambda ops, w: ops.act(Action.ARCHIVE, [w["pending"]])),
     "start_bulk": ((CHANGE,), lambda ops, w: ops.start_bulk(Action.ARCHIVE, EMAILS, [S.PENDING])),
     "purge": ((CHANGE,), lambda ops, w: ops.purge(EMAILS)),
+    "count_matching": ((VIEW,), lambda ops, w: ops.count_matching(EMAILS, S.ARCHIVED, error_class=ZERO)),
+    "edit_and_run": ((EDIT,), lambda ops, w: ops.edit_and_run(w["archived"], [4, 2], {})),
+    "task_edits": ((VIEW, HISTORY), lambda ops, w: list(ops.task_edits(w["archived"]))),
     "enqueue": (
         (ENQUEUE,),
         lambda ops, w: ops.enqueue(ops.exposed_task_type(api_tasks.greet.name), ["Ada"], {}),
@@ -55,11 +60,12 @@ OPERATIONS: dict[str, tuple[tuple[str, ...], Callable[[Operations, dict[str, Any
 
 @pytest.fixture
 def world(broker) -> dict[str, Any]:
-    return {"pending": make_tasks(broker, S.PENDING)[0]}
+    archived = failed_call(broker, tasks.divide.using(queue=EMAILS), [1, 0], error_type=ZERO)  # first
+    return {"pending": make_tasks(broker, S.PENDING)[0], "archived": archived}
 
 
 @pytest.mark.parametrize("name", OPERATIONS)
-@pytest.mark.parametrize("granted", [(), (VIEW,), (CHANGE,), (ENQUEUE,), (HISTORY,)], ids=str)
+@pytest.mark.parametrize("granted", [(), (VIEW,), (CHANGE,), (ENQUEUE,), (HISTORY,), (EDIT,)], ids=str)
 def test_each_operation_needs_its_permission(name, granted, world, broker):
     needs, call = OPERATIONS[name]
     ops = Operations(user_with(*granted, is_staff=True))
@@ -71,6 +77,7 @@ def test_each_operation_needs_its_permission(name, granted, world, broker):
         with pytest.raises(PermissionDenied, match=" or ".join(needs)):
             call(ops, world)
         assert broker.client.hget(broker.queue(EMAILS).state, world["pending"]) == S.PENDING
+        assert broker.client.hget(broker.queue(EMAILS).state, world["archived"]) == S.ARCHIVED
         assert not broker.is_paused(EMAILS)
 
 
@@ -102,6 +109,12 @@ TRUSTED_RESULTS: dict[str, Callable[[Any, dict[str, Any], Any], bool]] = {
     "start_bulk": lambda r, w, b: (r.queue, r.action, r.counts) == (EMAILS, Action.ARCHIVE, [1]),
     "purge": lambda r, w, b: (r.queue, r.action) == (EMAILS, Action.DELETE),
     "enqueue": lambda r, w, b: b.client.hexists(b.queue(r.queue).msg, r.id),
+    "count_matching": lambda r, w, b: r == 1,
+    "edit_and_run": lambda r, w, b: (
+        (r.new_args, r.edited_by) == ([4, 2], "")
+        and b.client.hget(b.queue(EMAILS).state, w["archived"]) == S.PENDING
+    ),
+    "task_edits": lambda r, w, b: r == [],
 }
 
 

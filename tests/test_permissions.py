@@ -27,8 +27,8 @@ from django_rtq.broker.states import Action
 from django_rtq.exceptions import TaskNotFound
 from django_rtq.models import FinishedTask, LiveTask
 from django_rtq.operations import Operations
-from tests.support.factories import make_tasks
-from tests.testapp import api_tasks
+from tests.support.factories import failed_call, make_tasks
+from tests.testapp import api_tasks, tasks
 
 pytestmark = pytest.mark.django_db
 
@@ -41,6 +41,7 @@ API = "/rtq/api/"
 ADMIN = "/admin/django_rtq/livetask/"
 
 VIEW, CHANGE, ENQUEUE, HISTORY = perms.VIEW_LIVE, perms.CHANGE_LIVE, perms.ENQUEUE, perms.VIEW_HISTORY
+EDIT = perms.EDIT_ARGUMENTS
 #: A row that any one of the API's permissions opens (the schema).
 ANY = "any"
 
@@ -50,6 +51,7 @@ ROLES: dict[str, tuple[str, ...]] = {
     "viewer": (VIEW, HISTORY),
     "operator": (VIEW, CHANGE),
     "enqueuer": (ENQUEUE,),
+    "editor": (VIEW, EDIT),  # edits arguments, without the change permission
 }
 ALL_ROLES = ["anonymous", *ROLES, "superuser"]
 
@@ -104,6 +106,7 @@ class AnyOf(frozenset):
 @pytest.fixture
 def world(broker, inspector) -> dict[str, str]:
     """Tasks in the states the actions apply to, a paused queue, a finished task in the ORM."""
+    edited = failed_call(broker, tasks.divide.using(queue=Q), [1, 0])  # archived: its arguments to edit
     [archived] = make_tasks(broker, S.ARCHIVED, Q)  # first: it claims the queue's only pending task
     [waiting] = make_tasks(broker, S.WAITING, Q)
     [scheduled] = make_tasks(broker, S.SCHEDULED, Q)
@@ -112,7 +115,13 @@ def world(broker, inspector) -> dict[str, str]:
     FinishedTask.objects.create(
         task_id=FINISHED, task_name=GREET, queue="default", status="succeeded", finished_at=timezone.now()
     )
-    return {"archived": archived, "waiting": waiting, "scheduled": scheduled, "pending": pending}
+    return {
+        "archived": archived,
+        "waiting": waiting,
+        "scheduled": scheduled,
+        "pending": pending,
+        "edited": edited,
+    }
 
 
 def snapshot(inspector, world: dict[str, str]) -> dict[str, Any]:
@@ -146,6 +155,9 @@ API_ROUTES = [
     Route("POST", "tasks/{archived}/delete/", needs(CHANGE), 204, effect={"archived": None}),
     Route("POST", "tasks/{waiting}/cancel/", needs(CHANGE), 202, effect={"waiting": S.ARCHIVED}),
     Route("POST", "tasks/{pending}/run/", needs(CHANGE), 409),  # a pending task cannot run "now"
+    Route("POST", "tasks/{edited}/edit/", needs(EDIT), 200, {"args": [4, 2]}, {"edited": S.PENDING}),
+    Route("POST", "tasks/{pending}/edit/", needs(EDIT), 409, {"args": [4, 2]}),  # only retry or archived
+    Route("GET", "tasks/{edited}/edits/", AnyOf({VIEW, HISTORY}), 200),
     Route("GET", "queues/", needs(VIEW), 200),
     Route("GET", f"queues/{Q}/", needs(VIEW), 200),
     Route("GET", "queues/no-such-queue/", needs(VIEW), 404),
@@ -169,7 +181,7 @@ API_ROUTES = [
         f"queues/{Q}/purge/",
         needs(CHANGE),
         202,
-        effect={"archived": None, "waiting": None, "scheduled": None, "pending": None},
+        effect={"archived": None, "waiting": None, "scheduled": None, "pending": None, "edited": None},
     ),
     Route("GET", "outbox/", needs(VIEW), 200),
     Route("GET", "workers/", needs(VIEW), 200),
@@ -340,6 +352,15 @@ ADMIN_ROUTES = [
     Route("POST", ADMIN + "actions/outbox/", needs(CHANGE), 200, {"ids": "order-1"}),  # the confirmation page
     Route("GET", "task:{archived}", needs(VIEW), 200),
     Route("GET", "task:no-such-task", needs(VIEW), 404),
+    Route("GET", ADMIN + f"task/{{edited}}/edit/?queue={Q}", needs(VIEW, EDIT), 200),
+    Route(
+        "POST",
+        ADMIN + "task/{edited}/edit/",
+        needs(VIEW, EDIT),
+        302,
+        {"queue": Q, "args": "[4, 2]", "kwargs": "", "confirm": "yes"},
+        {"edited": S.PENDING},
+    ),
     Route("POST", ACTION, needs(CHANGE), 200, run_data()),  # the confirmation page
     Route("POST", ACTION, needs(CHANGE), 302, run_data(confirm="yes"), {"scheduled": S.PENDING}),
     Route(
@@ -390,7 +411,7 @@ ADMIN_ROUTES = [
         needs(CHANGE),
         302,
         {"queue": Q, "action": "purge", "confirm": "yes"},
-        {"archived": None, "waiting": None, "scheduled": None, "pending": None},
+        {"archived": None, "waiting": None, "scheduled": None, "pending": None, "edited": None},
     ),
     Route("GET", ADMIN + f"bulk/{Q}/{{job}}/", needs(VIEW), 200),
     Route("GET", ADMIN + f"bulk/{Q}/no-such-job/", needs(VIEW), 404),
@@ -455,4 +476,5 @@ def test_the_admin_index_shows_each_role_what_it_may_see(world):
         "viewer": (True, True),
         "operator": (True, False),
         "enqueuer": (False, False),  # enqueueing is the API's alone
+        "editor": (True, False),
     }

@@ -14,6 +14,7 @@ from django_rtq import exceptions
     [
         "BrokerUnavailable",
         "BulkJobNotFound",
+        "CheckpointNotSaved",
         "DeadlineExceeded",
         "DuplicateTask",
         "InvalidArguments",
@@ -23,6 +24,7 @@ from django_rtq import exceptions
         "NonRetryableError",
         "QueueNotFound",
         "RTQError",
+        "StoppedAtCheckpoint",
         "TaskCancelled",
         "TaskIdConflict",
         "TaskNotFound",

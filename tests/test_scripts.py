@@ -11,7 +11,8 @@ import pytest
 from redis.crc import key_slot
 from redis.exceptions import ClusterCrossSlotError, RedisClusterException
 
-from django_rtq.broker import Broker, TaskState, bulk, forgetting, manual, workflow
+from django_rtq.broker import Broker, TaskState, bulk, forgetting, manual, snoozing, workflow
+from django_rtq.broker.checkpoint import save_checkpoint
 from django_rtq.broker.keys import Keyspace
 from django_rtq.broker.scripts import LuaScript, key_pattern, load_scripts
 from django_rtq.broker.states import Action
@@ -88,6 +89,7 @@ def exercise_every_operation(broker: Broker, clock: FakeClock) -> None:
 
     locked, *plain = claim_ids(broker, EMAILS)
     broker.extend_leases(EMAILS, [(task_id, True) for task_id in plain], worker_id=WORKER)
+    save_checkpoint(broker, EMAILS, plain[1], worker_id=WORKER, run="1", value_json="41")
     broker.complete(
         EMAILS, [done(locked, unique_key="emails-lock"), done(plain[0], retention=5)], worker_id=WORKER
     )
@@ -132,6 +134,11 @@ def exercise_every_operation(broker: Broker, clock: FakeClock) -> None:
     forgetting.forget_now(broker, SEARCH)  # in use
     forgetting.forget_now(broker, "forgettable")  # unused: forgotten
     forgetting.look_again(broker)
+    broker.enqueue([message(SEARCH, id="napping")])
+    [napping] = broker.claim(SEARCH, worker_id=WORKER, limit=1)
+    snoozing.snooze(
+        broker, SEARCH, napping.id, worker_id=WORKER, run=napping.run, delay_ms=1000, info={}, hold_task="t"
+    )
 
 
 def exercise_workflows(broker: Broker, clock: FakeClock) -> None:

@@ -95,10 +95,20 @@ def task_action(request: HttpRequest, model_admin: ModelAdmin, ops: Operations) 
     if not everything and not task_ids:
         messages.warning(request, "Select tasks first: nothing was done.")
         return HttpResponseRedirect(back)
+    # "Run again" narrowed: every task of the state of one type, whose last error is of one class
+    narrowing = {name: data.get(name, "").strip() for name in ("task_name", "error_class")}
+    narrowed = any(narrowing.values())
+    if narrowed and not (everything and action == Action.RUN):
+        messages.error(request, "Only a run of a whole state can be narrowed to a task type or an error.")
+        return HttpResponseRedirect(back)
 
     if data.get("confirm") != "yes":
-        count = ops.count(queue, state) if everything else len(task_ids)
-        what = f"all {plural(count, f'{state} task')}" if everything else plural(count, "selected task")
+        if narrowed:
+            count = ops.count_matching(queue, state, **narrowing)
+            what = f"all {plural(count, f'{state} task')} {describe_narrowing(**narrowing)}"
+        else:
+            count = ops.count(queue, state) if everything else len(task_ids)
+            what = f"all {plural(count, f'{state} task')}" if everything else plural(count, "selected task")
         listed = [] if everything else task_ids
         return confirmation(
             request,
@@ -112,6 +122,7 @@ def task_action(request: HttpRequest, model_admin: ModelAdmin, ops: Operations) 
                 ("state", state),
                 ("scope", "all" if everything else "selected"),
                 ("next", back),
+                *((name, value) for name, value in narrowing.items() if value),
                 *(("ids", task_id) for task_id in listed),
             ],
             confirm_label=f"Yes, {LABELS[action].lower()}",
@@ -119,7 +130,7 @@ def task_action(request: HttpRequest, model_admin: ModelAdmin, ops: Operations) 
         )
 
     if everything:
-        job = ops.start_bulk(action, queue, [state])
+        job = ops.start_bulk(action, queue, [state], **narrowing)
         return HttpResponseRedirect(admin_url(model_admin, "bulk", queue, job.id))
     report = ops.act(action, task_ids, queue)
     if action == Action.CANCEL:
@@ -127,6 +138,16 @@ def task_action(request: HttpRequest, model_admin: ModelAdmin, ops: Operations) 
     else:
         report_action(request, report, queue)
     return HttpResponseRedirect(back)
+
+
+def describe_narrowing(*, task_name: str = "", error_class: str = "") -> str:
+    """Which tasks a narrowed run takes: "of type shop.tasks.pay whose last error is a KeyError"."""
+    parts = []
+    if task_name:
+        parts.append(f"of type {task_name}")
+    if error_class:
+        parts.append(f"whose last error is a {error_class}")
+    return " ".join(parts)
 
 
 def report_action(request: HttpRequest, report: ActionReport, queue: str) -> None:
@@ -241,8 +262,10 @@ def confirmation(
     back: str,
     listed: list[tuple[str, str]] | None = None,
     unlisted: int = 0,
+    changes: list[tuple[str, str, str]] | None = None,
 ) -> HttpResponse:
-    """The page that asks before acting: its form posts the same data again, with confirm=yes."""
+    """The page that asks before acting: its form posts the same data again, with confirm=yes.
+    `changes` are (what, before, after) rows: an edit's old and new arguments."""
     context = page_context(
         request,
         model_admin,
@@ -250,6 +273,7 @@ def confirmation(
         question=question,
         listed=listed or [],
         unlisted=unlisted,
+        changes=changes or [],
         hidden=hidden,
         confirm_label=confirm_label,
         post_url=request.path,

@@ -15,7 +15,7 @@ from ..broker.states import Action
 from ..exceptions import BulkJobNotFound
 from ..formats import django_datetime, format_duration, plural
 from ..operations import DONE, Operations
-from .actions import LABELS
+from .actions import LABELS, describe_narrowing
 from .common import admin_url, live_view, page_context
 
 #: How often (seconds) the progress page of a running job reloads itself.
@@ -68,12 +68,26 @@ def job_title(job: BulkJob) -> str:
     """The job's name for people: Empty queue 'emails', or Delete: archived tasks of queue 'emails'."""
     if is_purge(job):
         return f"Empty queue {job.queue!r}"
-    return f"{LABELS[job.action]}: {', '.join(job.states)} tasks of queue {job.queue!r}"
+    narrowing = describe_narrowing(task_name=job.task_name, error_class=job.error_class)
+    return f"{LABELS[job.action]}: {', '.join(job.states)} tasks of queue {job.queue!r}" + (
+        f" {narrowing}" if narrowing else ""
+    )
 
 
 def done_text(job: BulkJob) -> str:
     """How far it got, as in: 1,200 of 5,000 tasks deleted."""
     return f"{job.done:,} of {plural(job.total, 'task')} {DONE[job.action]}"
+
+
+def skipped_text(job: BulkJob) -> str | None:
+    if not job.skipped:
+        return None
+    if job.narrowed:
+        return (
+            f"{plural(job.skipped, 'task')} left in place: of another type or error, or workflows "
+            "(a finished one cannot run again)"
+        )
+    return f"{plural(job.skipped, 'workflow')} left in place: a finished workflow cannot run again"
 
 
 def describe_job(model_admin: ModelAdmin, job: BulkJob) -> dict[str, Any]:
@@ -85,11 +99,7 @@ def describe_job(model_admin: ModelAdmin, job: BulkJob) -> dict[str, Any]:
         "url": admin_url(model_admin, "bulk", job.queue, job.id),
         "percent": job.percent,
         "done": done_text(job),
-        "skipped": (
-            f"{plural(job.skipped, 'workflow')} left in place: a finished workflow cannot run again"
-            if job.skipped
-            else None
-        ),
+        "skipped": skipped_text(job),
         "states": [
             {
                 "name": state,

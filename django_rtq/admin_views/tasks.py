@@ -9,6 +9,7 @@ from django.contrib import messages
 from django.contrib.admin import ModelAdmin
 from django.contrib.admin.utils import quote
 from django.core.paginator import Paginator
+from django.db import DatabaseError
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
@@ -17,12 +18,14 @@ from ..broker import TaskState
 from ..broker.attempt import AttemptInfo
 from ..broker.inspect import NAME_SEARCH_SCAN, TaskInfo
 from ..broker.message import OPTION_FIELDS
-from ..broker.states import Action
+from ..broker.states import EDIT_STATES, Action
 from ..broker.waiting import WaitingKind
 from ..exceptions import TaskNotFound
 from ..formats import django_datetime, format_duration
+from ..models import TaskEdit
 from ..operations import Operations
-from ..permissions import VIEW_HISTORY
+from ..permissions import EDIT_ARGUMENTS, VIEW_HISTORY
+from ..registry import registered_tasks
 from ..task_view import TaskView, view_of_live_task
 from .actions import offers
 from .common import STATE_TIME_LABELS, STATES, admin_url, live_view, page_context, task_url, waiting_group
@@ -42,7 +45,7 @@ ORDER_LABELS = {
 }
 #: Message options holding epoch seconds, and those holding lengths of time (seconds).
 TIME_OPTIONS = ("deadline", "enqueued_at", "process_at")
-SECONDS_OPTIONS = ("timeout", "retention", "unique_ttl")
+SECONDS_OPTIONS = ("timeout", "retention", "unique_ttl", "debounce")
 #: Info entries the task page shows on their own rather than in the attempt facts.
 INFO_SHOWN_APART = (
     "retried",
@@ -53,6 +56,8 @@ INFO_SHOWN_APART = (
     "workers",
     "progress",
     "children",
+    "checkpoint",
+    "checkpointed_at",
 )
 
 
@@ -224,6 +229,9 @@ def task_list(request: HttpRequest, model_admin: ModelAdmin, ops: Operations, st
         time_label=STATE_TIME_LABELS.get(task_state),
         actions=offers(task_state),
         bulk_actions=offers(task_state, bulk=True),
+        run_again={"task_types": sorted(registered_tasks())}
+        if task_state == TaskState.ARCHIVED and model_admin.has_change_permission(request)
+        else None,
         action_url=admin_url(model_admin, "task_action"),
         here=request.get_full_path(),
     )
@@ -314,6 +322,7 @@ def task_detail(request: HttpRequest, model_admin: ModelAdmin, ops: Operations, 
         has_result=task.result is not None,
         # a workflow's progress: its own column, or (workflows) its finished children
         progress=read_progress(task.progress),
+        checkpoint=json.dumps(task.checkpoint, ensure_ascii=False) if task.checkpointed_at else None,
         parent_url=task_url(model_admin, message.parent, message.parent_queue)
         if message and message.parent
         else None,
@@ -323,6 +332,12 @@ def task_detail(request: HttpRequest, model_admin: ModelAdmin, ops: Operations, 
         actions=offers(task.state),
         action_url=admin_url(model_admin, "task_action"),
         here=request.get_full_path(),
+        edit_url=admin_url(model_admin, "task_edit", task.id, query={"queue": task.queue})
+        if task.state in EDIT_STATES and message and ops.allows(EDIT_ARGUMENTS)
+        else None,
+        # "run again" every archived task like this one: its type, and its last error's class
+        run_again_like=task.state == TaskState.ARCHIVED and message is not None,
+        edits=task_history(ops, task.id),
     )
     return TemplateResponse(request, "admin/django_rtq/task_detail.html", context)
 
@@ -432,3 +447,12 @@ def not_found(request: HttpRequest, model_admin: ModelAdmin, ops: Operations, ta
         f"its retention ended, or it was deleted.",
     )
     return TemplateResponse(request, "admin/django_rtq/task_not_found.html", context, status=404)
+
+
+def task_history(ops: Operations, task_id: str) -> list[TaskEdit]:
+    """The edits of a task's arguments, the latest first; none if its table cannot be read (a
+    project that has not run `migrate`: the task page still shows the rest)."""
+    try:
+        return list(ops.task_edits(task_id)[:50])
+    except DatabaseError:
+        return []

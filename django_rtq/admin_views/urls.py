@@ -14,6 +14,7 @@ from .actions import queue_action, task_action
 from .bulk import bulk_carry_on, bulk_progress
 from .common import SegmentConverter, url_name
 from .dashboard import dashboard
+from .edit import task_edit
 from .outbox import outbox, outbox_action
 from .periodic import periodic
 from .tasks import task_detail, task_list
@@ -40,6 +41,8 @@ def live_urlpatterns(model_admin: ModelAdmin) -> list[URLPattern]:
         path("workers/", wrap(workers), name=url_name("workers")),
         path("periodic/", wrap(periodic), name=url_name("periodic")),
         path("outbox/", wrap(outbox), name=url_name("outbox")),
+        # before the task page: an id may hold "/", so its pattern would match this too
+        path("task/<rtq_segment:task_id>/edit/", wrap(task_edit), name=url_name("task_edit")),
         path("task/<rtq_segment:task_id>/", wrap(task_detail), name=url_name("task")),
         path("actions/tasks/", wrap(task_action), name=url_name("task_action")),
         path("actions/queue/", wrap(queue_action), name=url_name("queue_action")),

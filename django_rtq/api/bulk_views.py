@@ -42,6 +42,8 @@ class BulkJobView(APIBase):
                 "started_at": utc_datetime(job.started_at),
                 "finished_at": utc_datetime(job.finished_at),
                 "started_by": job.started_by,
+                "task_name": job.task_name,
+                "error_class": job.error_class,
                 "url": self.job_url(job),
             }
         ).data
@@ -61,7 +63,9 @@ class QueueBulkView(BulkJobView):
     @documented(
         operation_id="start_bulk_action",
         summary="Run, archive or delete every task of a state of a queue",
-        description=CARRIED_ON,
+        description="A run may be narrowed to one task type (`task_name`) and to the tasks whose "
+        "last error is of one class (`error_class`): run again every archived task that failed "
+        "with it. " + CARRIED_ON,
         parameters=[LOCATION],
         request=s.BulkActionSerializer,
         responses={202: s.BulkJobSerializer, 400: INVALID, 404: NOT_FOUND},
@@ -70,9 +74,9 @@ class QueueBulkView(BulkJobView):
         self.ops.check_queue(queue)
         serializer = s.BulkActionSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        action, state = serializer.validated_data["action"], serializer.validated_data["state"]
-        # Read at call time: tests and projects may change how long a request works.
-        job = self.ops.start_bulk(action, queue, [state])
+        data = serializer.validated_data
+        narrowing = {"task_name": data["task_name"], "error_class": data["error_class"]}
+        job = self.ops.start_bulk(data["action"], queue, [data["state"]], **narrowing)
         return self.started(job)
 
 

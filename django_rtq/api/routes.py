@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from . import bulk_views, views
+from . import bulk_views, edit_views, views
 
 api_urlpatterns = [
     path("task-types/", views.TaskTypeListView.as_view(), name="task-type-list"),
@@ -13,6 +13,8 @@ api_urlpatterns = [
     path("tasks/<path:task_id>/archive/", views.TaskArchiveView.as_view(), name="task-archive"),
     path("tasks/<path:task_id>/delete/", views.TaskDeleteView.as_view(), name="task-delete"),
     path("tasks/<path:task_id>/cancel/", views.TaskCancelView.as_view(), name="task-cancel"),
+    path("tasks/<path:task_id>/edit/", edit_views.TaskEditView.as_view(), name="task-edit"),
+    path("tasks/<path:task_id>/edits/", edit_views.TaskEditsView.as_view(), name="task-edits"),
     path("tasks/<path:task_id>/", views.TaskDetailView.as_view(), name="task-detail"),
     path("queues/", views.QueueListView.as_view(), name="queue-list"),
     path("queues/<str:queue>/", views.QueueDetailView.as_view(), name="queue-detail"),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypedDict
 
 from django.core.validators import RegexValidator
 from rest_framework import serializers
@@ -130,13 +130,26 @@ class BulkActionSerializer(serializers.Serializer):
         + ".",
     )
 
+    task_name = serializers.CharField(
+        required=False, default="", help_text="Run only: act on the tasks of this task type only."
+    )
+    error_class = serializers.CharField(
+        required=False,
+        default="",
+        help_text='Run only: act on the tasks whose last error is of this class only ("builtins.KeyError").',
+    )
+
     def validate(self, data: dict[str, Any]) -> dict[str, Any]:
         action, state = Action(data["action"]), TaskState(data["state"])
         try:
             check_action(action, state)
         except ActionNotAllowed as exc:
             raise serializers.ValidationError({"state": [str(exc)]}) from exc
-        return {"action": action, "state": state}
+        narrowing = {"task_name": data.get("task_name", ""), "error_class": data.get("error_class", "")}
+        for name, value in narrowing.items():
+            if value and action != Action.RUN:
+                raise serializers.ValidationError({name: [f"Only a run can be narrowed, not {action}."]})
+        return {"action": action, "state": state, **narrowing}
 
 
 # Responses
@@ -162,6 +175,14 @@ class EnqueuedSerializer(serializers.Serializer):
     url = serializers.URLField()
 
 
+class DebounceFacts(TypedDict):
+    """A debounced task's facts, as the API shows them."""
+
+    window: float
+    key: str | None
+    merged_enqueues: int
+
+
 class TaskSerializer(serializers.Serializer):
     id = serializers.CharField()
     queue = serializers.CharField()
@@ -179,6 +200,12 @@ class TaskSerializer(serializers.Serializer):
     errors = serializers.ListField(child=serializers.DictField(), help_text="Every attempt's error.")
     result = serializers.JSONField(allow_null=True)
     progress = serializers.JSONField(allow_null=True)
+    checkpoint = serializers.JSONField(
+        allow_null=True,
+        help_text="The latest checkpoint a run of the task saved, which its next run resumes from; "
+        "null if none was (or once it completed).",
+    )
+    checkpointed_at = serializers.DateTimeField(allow_null=True, help_text="When that checkpoint was saved.")
     enqueued_at = serializers.DateTimeField(allow_null=True)
     process_at = serializers.DateTimeField(allow_null=True)
     state_at = serializers.DateTimeField(
@@ -194,6 +221,24 @@ class TaskSerializer(serializers.Serializer):
         help_text="Why a pending task is held back by its type's flow-control limits (with their "
         "use now); null if it is not.",
     )
+    snoozed = serializers.IntegerField(
+        help_text="How many times its handler snoozed it (raised Snooze: run again later, no attempt "
+        "counted); 0 once it has finished.",
+    )
+    debounce = serializers.SerializerMethodField(
+        help_text="A debounced task's window (seconds), key, and the enqueues merged into it "
+        "(docs/debounce.md); null if it is not debounced, or finished."
+    )
+
+    def get_debounce(self, view: Any) -> DebounceFacts | None:
+        message = getattr(view, "message", None)
+        if message is None or message.debounce is None:
+            return None
+        return {
+            "window": message.debounce,
+            "key": message.debounce_key,
+            "merged_enqueues": message.merged_enqueues,
+        }
 
 
 class CancelledSerializer(serializers.Serializer):
@@ -220,7 +265,40 @@ class BulkJobSerializer(serializers.Serializer):
     started_at = serializers.DateTimeField()
     finished_at = serializers.DateTimeField(allow_null=True)
     started_by = serializers.CharField(allow_blank=True, help_text="Who started it; empty for code.")
+    task_name = serializers.CharField(
+        allow_blank=True, help_text="The task type it runs only; empty for any."
+    )
+    error_class = serializers.CharField(
+        allow_blank=True, help_text="The class of last error it runs only; empty for any."
+    )
     url = serializers.URLField(help_text="Where to follow its progress.")
+
+
+class EditArgumentsSerializer(serializers.Serializer):
+    """The body of an edit: the task's new arguments; one left out keeps its value."""
+
+    args = serializers.ListField(child=serializers.JSONField(), required=False)
+    kwargs = serializers.DictField(child=serializers.JSONField(), required=False)
+
+    def validate(self, data: dict[str, Any]) -> dict[str, Any]:
+        if "args" not in data and "kwargs" not in data:
+            raise serializers.ValidationError({"non_field_errors": ["Give args, kwargs or both."]})
+        return data
+
+
+class TaskEditSerializer(serializers.Serializer):
+    """An edit of a task's arguments, as its history keeps it."""
+
+    task_id = serializers.CharField()
+    task_name = serializers.CharField()
+    queue = serializers.CharField()
+    state = TaskStateField(help_text="The state it was edited in.")
+    edited_by = serializers.CharField(allow_blank=True, help_text="Who edited it; empty for code.")
+    edited_at = serializers.DateTimeField()
+    old_args = serializers.ListField(child=serializers.JSONField())
+    old_kwargs = serializers.DictField(child=serializers.JSONField())
+    new_args = serializers.ListField(child=serializers.JSONField())
+    new_kwargs = serializers.DictField(child=serializers.JSONField())
 
 
 class LimitSerializer(serializers.Serializer):
@@ -276,6 +354,9 @@ class QueueSerializer(serializers.Serializer):
     waiting = serializers.IntegerField(required=False, help_text="Workflows waiting for their children.")
     processed_today = serializers.IntegerField(help_text="Attempts finished today (UTC).")
     failed_today = serializers.IntegerField()
+    snoozed_today = serializers.IntegerField(
+        required=False, help_text="Attempts that snoozed today (UTC): scheduled again, no attempt counted."
+    )
     paused = serializers.BooleanField()
     oldest_pending_age = serializers.FloatField(allow_null=True, help_text="Seconds.")
     limits = LimitUseSerializer(

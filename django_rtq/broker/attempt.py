@@ -1,8 +1,9 @@
 """A task's attempts: the facts stored of them (its info), and whether a failed one runs again.
 
 The info is a JSON object in the queue's `info` column, written here, by `fail.lua` through
-`Broker.fail`, by `complete.lua` for a first attempt that succeeded (`first_attempt_info`), and
-by the scripts that archive a task by hand or end a workflow (`_lib.lua`). Its shape is kept as
+`Broker.fail`, by `snooze.lua` for an attempt that snoozed (`AttemptInfo.snoozing`), by
+`complete.lua` for a first attempt that succeeded (`first_attempt_info`), and by the scripts
+that archive a task by hand or end a workflow (`_lib.lua`). Its shape is kept as
 is: `AttemptInfo` reads it, and `as_dict` gives back exactly what was read. Every writer that
 rewrites an info keeps the facts it does not know, its format version "v" among them (absent:
 version 1, see versions.py).
@@ -19,7 +20,7 @@ from typing import Any
 
 from ..exceptions import DeadlineExceeded, NonRetryableError, TaskCancelled
 from .message import OPTIONAL_NUMBER, OPTIONAL_STR, is_utf8
-from .versions import INFO_FORMAT, NewerFormat, stored_version
+from .versions import INFO_FORMAT, INFO_SNOOZED_FORMAT, NewerFormat, stored_version
 
 #: Errors that archive a task at once, whatever retries it has left.
 NON_RETRYABLE = (NonRetryableError, DeadlineExceeded, TaskCancelled)
@@ -87,6 +88,7 @@ def will_retry(
 #: The attempt facts whose types the worker relies on.
 _INFO_TYPES: dict[str, tuple[type, ...]] = {
     "retried": (int,),
+    "snoozed": (int,),
     "recovered": (int,),
     "requeued": (int,),
     "errors": (list,),
@@ -97,6 +99,8 @@ _INFO_TYPES: dict[str, tuple[type, ...]] = {
     "error": (str,),
     "error_type": (str,),
     "traceback": (str,),
+    "checkpoint": (str,),
+    "checkpointed_at": OPTIONAL_NUMBER,
 }
 
 
@@ -112,6 +116,14 @@ def check_info_version(info: Mapping[str, Any]) -> None:
     version = info_version(info)
     if version > INFO_FORMAT:
         raise NewerFormat("info", version, INFO_FORMAT)
+
+
+def info_version_or_1(info: Mapping[str, Any]) -> int:
+    """The format version of a task's info, 1 when its "v" fact is not one."""
+    try:
+        return info_version(info)
+    except ValueError:
+        return 1
 
 
 def parse_info(raw: str | None) -> tuple[dict[str, Any], str | None]:
@@ -205,6 +217,17 @@ class AttemptInfo:
             stored=MappingProxyType(info),
         )
 
+    @property
+    def snoozed(self) -> int:
+        """How many times its handler snoozed it (raised Snooze): no attempt counted for those."""
+        return _count(self.stored.get("snoozed"))
+
+    def snoozing(self, snoozed_at: float) -> dict[str, Any]:
+        """The info to store for an attempt that snoozed: one more snooze counted, no attempt
+        (its retries, workers and errors stay as they were). Of format INFO_SNOOZED_FORMAT."""
+        version = max(info_version_or_1(self.stored), INFO_SNOOZED_FORMAT)
+        return {**self.stored, "v": version, "snoozed": self.snoozed + 1, "snoozed_at": snoozed_at}
+
     def as_dict(self) -> dict[str, Any]:
         """The info as stored: every fact read, in its order."""
         return dict(self.stored)
@@ -235,10 +258,23 @@ class AttemptInfo:
             "workers": [*stored.get("workers", ()), worker_id],  # one per attempt
         }
 
+    @property
+    def checkpoint_json(self) -> str | None:
+        """The JSON text of the checkpoint a run saved (save_checkpoint.lua), if any."""
+        return _text(self.stored.get("checkpoint"))
+
+    @property
+    def checkpointed_at(self) -> float | None:
+        """When that checkpoint was saved, epoch seconds."""
+        return _number(self.stored.get("checkpointed_at"))
+
     def succeeded(self, worker_id: str, started_at: float | None, finished_at: float) -> dict[str, Any]:
         """The info to store for an attempt that succeeded (complete.lua writes it itself for a
-        first attempt, from its times)."""
-        return {**self.attempted(worker_id, started_at), "finished_at": finished_at}
+        first attempt, from its times): its checkpoint is dropped, nothing resumes from it."""
+        info = {**self.attempted(worker_id, started_at), "finished_at": finished_at}
+        info.pop("checkpoint", None)
+        info.pop("checkpointed_at", None)
+        return info
 
     def failed(
         self,

@@ -196,8 +196,9 @@ class Broker:
 
     # Enqueueing
 
-    def enqueue(self, messages: Sequence[TaskMessage]) -> None:
-        """Enqueue tasks in one round trip.
+    def enqueue(self, messages: Sequence[TaskMessage]) -> dict[int, str]:
+        """Enqueue tasks in one round trip; return, for each debounced task merged into the copy
+        that waits (docs/debounce.md), its index in `messages` and that copy's id.
 
         Raises TaskIdConflict if a task's id exists, DuplicateTask if a unique task's lock is
         held. Each chunk of ENQUEUE_CHUNK tasks of a queue is all or nothing: the chunk holding
@@ -205,9 +206,13 @@ class Broker:
         that refuses (a wrong-typed key) raises with nothing written.
         """
         self.register_queues({message.queue for message in messages})
+        merged: dict[int, str] = {}
         for chunk, (code, *rest) in self._send("enqueue", messages, self._run_pipelined):
             if code:
                 raise _enqueue_refused(code, messages[chunk[rest[0] - 1]])
+            for k in range(0, len(rest), 2):
+                merged[chunk[int(rest[k]) - 1]] = rest[k + 1]
+        return merged
 
     def send_outboxed(self, messages: Sequence[TaskMessage]) -> list[int | Exception]:
         """Send tasks from the transactional outbox, in one round trip; each one stands alone.
@@ -271,6 +276,9 @@ class Broker:
             if message.unique_key:
                 keys.append(qk.unique(message.unique_key))
                 unique_index = len(keys)
+            elif message.debounce_key and message.debounce:
+                keys.append(qk.debounce(message.debounce_key))
+                unique_index = -len(keys)  # the scripts' mark of a debounced task
             args += _enqueue_args(message, unique_index)
         return script, keys, args
 
@@ -319,6 +327,7 @@ class Broker:
             qk.paused,
             qk.periodic,
             qk.runs,
+            qk.holds,
         ]
         if message.unique_key:
             keys.append(qk.unique(message.unique_key))
@@ -428,6 +437,7 @@ class Broker:
                 qk.slots,
                 qk.parked,
                 qk.parked_kinds,
+                qk.holds,
             ],
             [
                 self.clock_arg(),
@@ -872,14 +882,19 @@ def _unique_key_of(raw_message: str | None) -> str | None:
 
 
 def _enqueue_args(message: TaskMessage, unique_index: int) -> tuple[Any, ...]:
-    """The six arguments of one task to the enqueue script (see its header)."""
+    """The six arguments of one task to the enqueue script (see its header): for a debounced
+    one (`unique_index` < 0), its window in place of the unique lock's TTL."""
+    if unique_index < 0:
+        lock_ms = max(1, round((message.debounce or 0) * 1000))
+    else:
+        lock_ms = int(message.unique_ttl * 1000) if message.unique_ttl else 0  # 0: no expiry
     return (
         message.id,
         message.to_json(),
         message.priority,
         int(message.process_at * 1000) if message.process_at else 0,
         unique_index,
-        int(message.unique_ttl * 1000) if message.unique_ttl else 0,  # 0: no expiry
+        lock_ms,
     )
 
 

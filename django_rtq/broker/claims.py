@@ -22,6 +22,8 @@ class ClaimedTask:
     #: taken from the parked tasks whose arguments did not bind: the fingerprints of the handler
     #: signatures that refused them, "\1"-separated (broker/waiting.py)
     refused_by: str = ""
+    #: the checkpoint facts this run saved (broker/checkpoint.py): its info settles with them
+    checkpoint: dict[str, Any] = field(default_factory=dict)
 
 
 class Claimed(list[ClaimedTask]):

@@ -64,6 +64,7 @@ class QueueStats:
     paused: bool
     oldest_pending_age: float | None  # seconds since the next pending task was enqueued
     waiting: int = 0  # workflows waiting for their children
+    snoozed_today: int = 0  # attempts that snoozed today (UTC): scheduled again, not counted
 
     @property
     def size(self) -> int:
@@ -182,6 +183,7 @@ class Inspector:
             pipe.get(qk.failed(day))
             pipe.exists(qk.paused)
             pipe.zrange(qk.pending, 0, 0)
+            pipe.get(qk.snoozed(day))
             (
                 pending,
                 active,
@@ -194,6 +196,7 @@ class Inspector:
                 failed,
                 paused,
                 head,
+                snoozed,
             ) = pipe.execute()
             oldest_age = None
             if head:
@@ -216,6 +219,7 @@ class Inspector:
             paused=bool(paused),
             oldest_pending_age=oldest_age,
             waiting=waiting,
+            snoozed_today=int(snoozed or 0),
         )
 
     def all_stats(self) -> list[QueueStats]:

@@ -13,9 +13,10 @@ from functools import cache
 
 from ..defaults import DEFAULT_KEY_PREFIX
 
-#: The keys the enqueue script takes first (KEYS[1..11] of enqueue.lua), as QueueKeys names them.
+#: The keys the enqueue script takes first (KEYS[1..12] of enqueue.lua), as QueueKeys names them.
 ENQUEUE_KEYS = (
     "msg", "state", "priority", "pending", "scheduled", "seq", "active", "owner", "idle", "paused", "runs",
+    "holds",
 )  # fmt: skip
 
 #: The keys forget_queue.lua takes, in its header's order (QueueKeys names them): three it reads
@@ -26,7 +27,7 @@ FORGET_KEYS = (
     "pending", "active", "scheduled", "retry", "archived", "completed", "waiting", "state", "msg",
     "held", "parked", "unstarted", "commands", "command", "finished", "bulk", "outboxed", "paused",
     "seq", "timings", "periodic", "parked_kinds", "buckets", "running", "slots", "info", "result",
-    "owner", "priority", "runs", "progress", "began",
+    "owner", "priority", "runs", "progress", "began", "holds",
 )  # fmt: skip
 
 
@@ -73,7 +74,7 @@ class QueueKeys:
 
     # Task columns: hashes keyed by task id
     @property
-    def msg(self) -> str:  # HASH id -> TaskMessage JSON, written once at enqueue
+    def msg(self) -> str:  # HASH id -> TaskMessage JSON, written at enqueue (an edit replaces its arguments)
         return self.prefix + "msg"
 
     @property
@@ -173,6 +174,10 @@ class QueueKeys:
     def slots(self) -> str:  # HASH id -> the scopes an active task holds a slot in, "\n"-joined
         return self.prefix + "slots"
 
+    @property
+    def holds(self) -> str:  # HASH task name -> until (ms): types held by a snooze (docs/snooze.md)
+        return self.prefix + "holds"
+
     # Tasks no worker of this release can run (broker/waiting.py): left for one that can
     @property
     def parked(self) -> str:  # ZSET, all scores 0: "<kind>\0<pending score>\0<id>" of tasks left waiting
@@ -233,11 +238,17 @@ class QueueKeys:
     def unique(self, unique_key: str) -> str:  # STRING -> id of the task holding the lock
         return f"{self.prefix}unique:{unique_key}"
 
+    def debounce(self, debounce_key: str) -> str:  # STRING -> id of the debounced copy that waits
+        return f"{self.prefix}debounce:{debounce_key}"
+
     def processed(self, day: str) -> str:  # STRING counter of attempts finished on a UTC day
         return f"{self.prefix}processed:{day}"
 
     def failed(self, day: str) -> str:  # STRING counter of attempts failed on a UTC day
         return f"{self.prefix}failed:{day}"
+
+    def snoozed(self, day: str) -> str:  # STRING counter of snoozes on a UTC day
+        return f"{self.prefix}snoozed:{day}"
 
     def state_set(self, state: str) -> str:
         return self.prefix + str(state)

@@ -1,4 +1,5 @@
-"""Manual actions on tasks by id: run now, archive, delete, cancel, in the states ACTION_STATES allows.
+"""Manual actions on tasks by id: run now (its arguments edited, maybe), archive, delete, cancel, in
+the states ACTION_STATES allows.
 
 The scripts receive the allowed states from `ACTION_STATES` and skip tasks in any other, so a
 task that moved meanwhile is left alone. No Django here: django_rtq.operations adds the
@@ -14,7 +15,7 @@ from typing import Any
 from .broker import Broker
 from .errors import translate_errors
 from .message import TaskMessage
-from .states import ACTION_STATES, Action, TaskState
+from .states import ACTION_STATES, EDIT_STATES, Action, TaskState
 from .workflow import WORKFLOW_TASKS, cancel_workflow
 
 #: The error type of a task or workflow archived, deleted or cancelled by hand.
@@ -25,14 +26,38 @@ DELETED_BY_HAND = "deleted by hand"
 CANCELLED_BY_HAND = "cancelled"
 
 
-def run_now(broker: Broker, queue: str, task_ids: list[str]) -> int:
-    """Move tasks to pending; return how many moved. Workflows are skipped (see run_now.lua)."""
+def run_now(
+    broker: Broker, queue: str, task_ids: list[str], *, only_task: str = "", only_error: str = ""
+) -> int:
+    """Move tasks to pending; return how many moved. Workflows are skipped (see run_now.lua),
+    and so are tasks not of the type `only_task` or whose last error is not of the class
+    `only_error`, when given (a dotted path, as the info's `error_type`)."""
+    return _run_now(broker, queue, task_ids, [only_task, only_error, "", ""])
+
+
+def edit_and_run(broker: Broker, queue: str, task_id: str, before: str, edited: TaskMessage) -> bool:
+    """Replace a task's stored message, read as `before`, by `edited` (its arguments changed)
+    and move it to pending, in one step; False (nothing changed) if it is no longer in a state
+    run now applies to, or its message is no longer `before`."""
+    return bool(_run_now(broker, queue, [task_id], ["", "", before, edited.to_json()], EDIT_STATES))
+
+
+def _run_now(
+    broker: Broker,
+    queue: str,
+    task_ids: list[str],
+    narrowing: list[str],
+    states: tuple[TaskState, ...] | None = None,
+) -> int:
     if not task_ids:
         return 0
+    if states is None:  # read at call time: ACTION_STATES is the one table
+        states = ACTION_STATES[Action.RUN]
     qk = broker.queue(queue)
-    state_args, state_keys = _state_args(broker, queue, Action.RUN)
-    keys = [qk.state, qk.priority, qk.pending, qk.seq, qk.msg, *state_keys]
-    return broker.run_script("run_now", keys, [qk.wake_channel, *state_args, *task_ids])
+    state_keys = [qk.state_set(state) for state in states]
+    state_args = [len(states), *states]
+    keys = [qk.state, qk.priority, qk.pending, qk.seq, qk.msg, qk.info, *state_keys]
+    return broker.run_script("run_now", keys, [qk.wake_channel, *narrowing, *state_args, *task_ids])
 
 
 def archive(
@@ -111,6 +136,50 @@ def workflow_ids(broker: Broker, queue: str, task_ids: list[str]) -> set[str]:
         if name in WORKFLOW_TASKS:
             found.add(task_id)
     return found
+
+
+def matching(broker: Broker, queue: str, task_ids: list[str], task_name: str, error_class: str) -> set[str]:
+    """The ids, among these, of tasks of the type `task_name` whose last error is of the class
+    `error_class` (either "" for any), as stored now; run_now.lua checks again as it moves them."""
+    if not task_ids:
+        return set()
+    qk = broker.queue(queue)
+    with translate_errors():
+        pipe = broker.client.pipeline(transaction=False)
+        pipe.hmget(qk.msg, task_ids)
+        pipe.hmget(qk.info, task_ids)
+        messages, infos = pipe.execute()
+    return {
+        task_id
+        for task_id, message, info in zip(task_ids, messages, infos, strict=True)
+        if (not task_name or _field(message, "task") == task_name)
+        and (not error_class or _field(info, "error_type") == error_class)
+    }
+
+
+#: Tasks read per round trip when counting those a narrowed run would find.
+MATCH_PAGE = 1000
+
+
+def count_matching(broker: Broker, queue: str, state: TaskState, task_name: str, error_class: str) -> int:
+    """How many tasks of a state `matching` finds now, a page of MATCH_PAGE at a time."""
+    key = broker.queue(queue).state_set(state)
+    found, offset = 0, 0
+    while True:
+        with translate_errors():
+            ids = broker.client.zrange(key, offset, offset + MATCH_PAGE - 1)
+        if not ids:
+            return found
+        found += len(matching(broker, queue, ids, task_name, error_class))
+        offset += len(ids)
+
+
+def _field(raw: str | None, name: str) -> Any:
+    try:
+        decoded = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    return decoded.get(name) if isinstance(decoded, dict) else None
 
 
 def _state_args(broker: Broker, queue: str, action: Action) -> tuple[list[Any], list[str]]:

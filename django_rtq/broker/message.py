@@ -38,6 +38,12 @@ class TaskMessage:
     position: int | str | None = None  # the child's place in its workflow
     # the trace context of its enqueue (W3C traceparent/tracestate...: tracing.py); format 2
     trace: dict[str, str] | None = None
+    # debounce (docs/debounce.md): the window (seconds) that a later enqueue of the same
+    # debounce key restarts, that key, and how many enqueues the script merged into this one
+    # (written by enqueue.lua, never by the caller); format 3
+    debounce: float | None = None
+    debounce_key: str | None = None
+    merged_enqueues: int = 0
 
     def to_json(self) -> str:
         """The message as stored: its fields in declaration order, leaving out the id and the
@@ -81,8 +87,10 @@ class TaskMessage:
         version = stored_version(data.pop("v", None))
         if version > MESSAGE_FORMAT:
             raise NewerFormat("message", version, MESSAGE_FORMAT)
-        later = [
-            name for name, since in FIELD_SINCE.items() if since > version and data.get(name) is not None
+        later = [  # (a field at its default is none: a message stored in full has them all)
+            name
+            for name, since in FIELD_SINCE.items()
+            if since > version and data.get(name, _DEFAULTS[name]) not in (None, _DEFAULTS[name])
         ]
         if later:
             raise ValueError(f"task message of format {version} has fields of a later one: {later}")
@@ -113,7 +121,7 @@ _OPTIONAL_FIELDS: tuple[tuple[str, Any], ...] = tuple(
 _DEFAULTS = dict(_OPTIONAL_FIELDS)
 #: The fields added after format version 1, each with the version that added it (MESSAGE_FORMAT
 #: at most): a message that holds one is written in that version (TaskMessage.version).
-FIELD_SINCE: dict[str, int] = {"trace": 2}
+FIELD_SINCE: dict[str, int] = {"trace": 2, "debounce": 3, "debounce_key": 3, "merged_enqueues": 3}
 #: Stored even at its default: the ORM mirror reads the stored JSON itself, and takes a missing
 #: enqueued_at for an unknown time but 0.0 for the epoch.
 _ALWAYS_STORED = frozenset({"enqueued_at"})
@@ -141,6 +149,9 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "parent_queue": OPTIONAL_STR,
     "position": (int, str, type(None)),
     "trace": (dict, type(None)),
+    "debounce": OPTIONAL_NUMBER,
+    "debounce_key": OPTIONAL_STR,
+    "merged_enqueues": (int,),
 }
 
 
@@ -151,6 +162,8 @@ _FIELD_RANGES = {
     "timeout": lambda value: value >= 0,
     "retention": lambda value: value >= 0,
     "unique_ttl": lambda value: value >= 0,
+    "debounce": lambda value: value > 0,
+    "merged_enqueues": lambda value: value >= 0,
     "trace": lambda value: all(type(k) is str and type(v) is str for k, v in value.items()),
 }
 

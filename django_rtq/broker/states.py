@@ -41,6 +41,9 @@ ACTION_STATES: dict[Action, tuple[TaskState, ...]] = {
     ),
     Action.CANCEL: (TaskState.ACTIVE, TaskState.WAITING),
 }
+#: The states in which a task's arguments can be edited before it runs again (run now's
+#: script, narrowed): a task that failed and waits for its next attempt, or one archived.
+EDIT_STATES = (TaskState.RETRY, TaskState.ARCHIVED)
 #: Actions that can apply to every task of a state at once (in pages: see broker/bulk.py).
 #: Cancel is by id only: it reaches running tasks one worker at a time.
 BULK_ACTIONS = (Action.RUN, Action.ARCHIVE, Action.DELETE)

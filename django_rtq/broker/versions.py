@@ -12,10 +12,20 @@ from __future__ import annotations
 #: The task message (TaskMessage, the queue's `msg` column): its "v" field, written second.
 #: The newest this release reads; each message is written in the oldest that holds its fields
 #: (TaskMessage.version): 2 only for one that carries a trace context (tracing.py), so that
-#: workers of releases that read only 1 still run every other task.
-MESSAGE_FORMAT = 2
-#: A task's attempt info (AttemptInfo, the queue's `info` column): its "v" fact.
-INFO_FORMAT = 1
+#: workers of releases that read only 1 still run every other task; 3 only for a debounced one
+#: (its debounce window and key, and the count of enqueues merged into it: docs/debounce.md).
+MESSAGE_FORMAT = 3
+#: A task's attempt info (AttemptInfo, the queue's `info` column): its "v" fact. The newest this
+#: release reads; like a message, an info is written in the oldest version that holds its facts:
+#: 2 only for one that counts snoozes ("snoozed", "snoozed_at": docs/snooze.md) or holds a
+#: checkpoint ("checkpoint", "checkpointed_at": docs/checkpoints.md), 1 (no "v") otherwise. A
+#: worker of 0.1.0 reads no info version: it runs such a task (from its start) and keeps the
+#: facts when it rewrites the info.
+INFO_FORMAT = 2
+#: The info format whose facts count a task's snoozes.
+INFO_SNOOZED_FORMAT = 2
+#: The info format that added the `checkpoint` and `checkpointed_at` facts (broker/checkpoint.py).
+CHECKPOINT_SINCE = 2
 #: A workflow's hash (`wf:<id>`): its "v" field. The same as WORKFLOW_FORMAT in _lib.lua.
 WORKFLOW_FORMAT = 1
 

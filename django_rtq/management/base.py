@@ -188,6 +188,10 @@ class OperationsCommand(BaseCommand):
         return job
 
 
+#: The options that narrow a run of a whole state, by the narrowing they give.
+NARROWING_OPTIONS = {"task_name": "--task", "error_class": "--error-class"}
+
+
 class TaskActionCommand(OperationsCommand):
     """rtq_run, rtq_archive and rtq_delete: act on tasks by id, or on a whole state of a queue."""
 
@@ -206,12 +210,22 @@ class TaskActionCommand(OperationsCommand):
         )
 
     def run(self, *, task_ids: list[str], queue: str | None, all_state: str | None, **options: Any) -> None:
+        narrowing = self.narrowing(options)
         if all_state is not None:
-            self.run_bulk(task_ids, queue, all_state)
+            self.run_bulk(task_ids, queue, all_state, narrowing)
+        elif narrowing:
+            given = " and ".join(NARROWING_OPTIONS[name] for name in narrowing)
+            raise CommandError(f"{given} go with --all.")
         else:
             self.run_by_id(task_ids, queue)
 
-    def run_bulk(self, task_ids: list[str], queue: str | None, all_state: str) -> None:
+    def narrowing(self, options: dict[str, Any]) -> dict[str, str]:
+        """The options that narrow an action on a whole state (rtq_run's), those given."""
+        return {}
+
+    def run_bulk(
+        self, task_ids: list[str], queue: str | None, all_state: str, narrowing: dict[str, str] | None = None
+    ) -> None:
         if task_ids:
             raise CommandError("Give task ids or --all STATE, not both.")
         if not queue:
@@ -222,7 +236,7 @@ class TaskActionCommand(OperationsCommand):
             check_action(self.action, state)
         except ActionNotAllowed as exc:
             raise CommandError(exc.sentence(f"rtq_{self.action} --all")) from exc
-        job = self.ops.start_bulk(self.action, queue, [state], budget=self.step_seconds)
+        job = self.ops.start_bulk(self.action, queue, [state], budget=self.step_seconds, **(narrowing or {}))
         job = self.carry_to_the_end(job)
         if self.as_json:
             self.write_json(
@@ -233,13 +247,20 @@ class TaskActionCommand(OperationsCommand):
                     "count": job.done,
                     "skipped": job.skipped,
                     "job": job.id,
+                    **(narrowing or {}),
                 }
             )
             return
         self.stdout.write(
             self.style.SUCCESS(f"{plural(job.done, f'{state} task')} of queue {queue!r} {DONE[self.action]}.")
         )
-        if job.skipped:
+        if job.skipped and narrowing:
+            self.stdout.write(
+                self.style.WARNING(
+                    f"{plural(job.skipped, 'task')} left {state}: of another type or error, or workflows."
+                )
+            )
+        elif job.skipped:
             self.stdout.write(
                 self.style.WARNING(
                     f"{plural(job.skipped, 'workflow')} left {state}: a finished workflow cannot be run "

@@ -88,6 +88,12 @@ def queue_metrics(stats: list[QueueStats], day_started: float) -> Iterator[Metri
         "Attempts failed in the queue (retried or archived) since 00:00 UTC: resets daily.",
         labels=["queue"],
     )
+    snoozed = CounterMetricFamily(
+        "rtq_tasks_snoozed",
+        "Attempts whose handler snoozed them (raised Snooze: scheduled again, no attempt counted) "
+        "in the queue since 00:00 UTC: resets daily.",
+        labels=["queue"],
+    )
     for queue in stats:
         for state in STATES:
             tasks.add_metric([queue.queue, str(state)], getattr(queue, str(state)))
@@ -96,7 +102,8 @@ def queue_metrics(stats: list[QueueStats], day_started: float) -> Iterator[Metri
         # `created` tells Prometheus when the counter started from zero: the UTC day's start.
         processed.add_metric([queue.queue], queue.processed_today, created=day_started)
         failed.add_metric([queue.queue], queue.failed_today, created=day_started)
-    yield from (tasks, paused, oldest, processed, failed)
+        snoozed.add_metric([queue.queue], queue.snoozed_today, created=day_started)
+    yield from (tasks, paused, oldest, processed, failed, snoozed)
 
 
 def timing_metrics(timings: dict[str, tuple[list[Histogram], list[Histogram]]]) -> Iterator[Metric]:

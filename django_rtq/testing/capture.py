@@ -261,14 +261,15 @@ _original_sending_enqueue = sending.enqueue
 
 def _enqueue_noting_on_commit(
     messages: Sequence[TaskMessage], *, announce: Any, on_commit: bool = False
-) -> None:
-    _original_sending_enqueue(messages, announce=announce, on_commit=on_commit)
+) -> list[TaskMessage]:
+    landed = _original_sending_enqueue(messages, announce=announce, on_commit=on_commit)
     using = get_settings().OUTBOX_DATABASE
     if on_commit and connections[using].in_atomic_block:
         with _noting_lock:
             captured = _noting[-1] if _noting else None
         if captured is not None:
             transaction.on_commit(_WaitingForCommit(captured, messages), using=using)
+    return landed
 
 
 @contextmanager

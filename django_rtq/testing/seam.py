@@ -22,13 +22,13 @@ _original_send_outboxed = Broker.send_outboxed
 _original_announce_signatures = Broker.announce_signatures
 
 
-def _intercepted_enqueue(self: Broker, messages: Sequence[TaskMessage]) -> None:
+def _intercepted_enqueue(self: Broker, messages: Sequence[TaskMessage]) -> dict[int, str]:
     with _lock:
         interceptor = _interceptors[-1] if _interceptors else None
     if interceptor is None:  # the last one left while this call was on its way
-        _original_enqueue(self, messages)
-    else:
-        interceptor(list(messages))
+        return _original_enqueue(self, messages)
+    interceptor(list(messages))
+    return {}
 
 
 def _intercepted_send_outboxed(self: Broker, messages: Sequence[TaskMessage]) -> list[int | Exception]:

@@ -59,7 +59,7 @@ def settle_failure(broker: Broker, failure: Failure, *, worker_id: str) -> TaskS
     """Send the task to retry or archived; return where it went, None if the result came late."""
     claimed, message, exc = failure.claimed, failure.message, failure.error
     now = broker.clock()
-    facts = AttemptInfo.from_mapping(claimed.info)
+    facts = AttemptInfo.from_mapping({**claimed.info, **claimed.checkpoint})  # its latest checkpoint
     retried = facts.retried
     retryable = message is not None and will_retry(
         exc, retried=retried, max_retries=message.max_retries, deadline=message.deadline, now=now

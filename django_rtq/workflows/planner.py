@@ -67,7 +67,14 @@ def _plan_task(node: dict[str, Any], node_id: str, parent: ParentRef | None, inp
     args = list(node.get("args") or [])
     if input is not NO_INPUT and not node.get("immutable"):
         args.insert(0, input)
-    options = {**(node.get("options") or {}), "task_id": node_id, "queue": node["queue"]}
+    # A step runs as its workflow says: never merged into another call (docs/debounce.md).
+    options = {
+        **(node.get("options") or {}),
+        "task_id": node_id,
+        "queue": node["queue"],
+        "debounce": None,
+        "debounce_key": None,
+    }
     message = build_message(task_type.using(**options), args, node.get("kwargs") or {})
     if parent is not None:
         message = replace(message, parent=parent.id, parent_queue=parent.queue, position=parent.position)

@@ -20,7 +20,8 @@ LEASE_SECONDS = 30.0
 def message(queue: str = EMAILS, **fields) -> TaskMessage:
     fields.setdefault("id", uuid.uuid4().hex)
     fields.setdefault("enqueued_at", START_TIME)
-    return TaskMessage(task="tests.noop", queue=queue, **fields)
+    fields.setdefault("task", "tests.noop")
+    return TaskMessage(queue=queue, **fields)
 
 
 def enqueue(broker: Broker, queue: str = EMAILS, count: int = 1, **fields) -> list[str]:
@@ -135,3 +136,24 @@ def archive_at(broker: Broker, clock: FakeClock, count: int) -> list[str]:
 def forget(name: str) -> None:
     """Take a task type out of the registry, as if never registered (for what it derives too)."""
     registry.unregister_task(name)
+
+
+def failed_call(
+    broker: Broker,
+    task_type,
+    args: list,
+    kwargs: dict | None = None,
+    *,
+    to: TaskState = TaskState.ARCHIVED,
+    error_type: str = "builtins.ZeroDivisionError",
+) -> str:
+    """A call of a registered task type put in `to` (archived or retry) as a worker would after
+    its handler raised `error_type` (a class path); its retry falls due in ten minutes."""
+    from django_rtq.message_builder import build_message
+
+    built = build_message(task_type, args, kwargs or {})
+    broker.enqueue([built])
+    assert claim_ids(broker, built.queue) == [built.id]
+    info = {"error": "boom", "error_type": error_type}
+    assert fail(broker, built.queue, built.id, to, retry_at_ms=broker.now_ms() + 600_000, info=info)
+    return built.id

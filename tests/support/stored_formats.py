@@ -24,7 +24,9 @@ from unittest import mock
 
 from django_rtq.broker import Broker, Completion, TaskMessage, TaskState, manual
 from django_rtq.broker.attempt import AttemptInfo
+from django_rtq.broker.checkpoint import save_checkpoint
 from django_rtq.broker.message import child_notice
+from django_rtq.broker.snoozing import snooze
 from django_rtq.broker.versions import INFO_FORMAT, MESSAGE_FORMAT, WORKFLOW_FORMAT
 from django_rtq.registry import find_task_type
 from django_rtq.workflows import apply_due, chain, chord, group, iterator, map_reduce
@@ -242,6 +244,16 @@ def _message(
     return Shape(f"message_{name}", about, build)
 
 
+def _debounced(b: Builder) -> dict[str, Any]:
+    """A debounced copy that waits, an enqueue merged into it (its newest arguments, its count
+    of merges, its debounce key with the window's TTL): format 3."""
+    debounced = _stored_shape().using(debounce=60, debounce_key="reindex:42")
+    debounced.using(task_id="msg-debounced").enqueue("debounced-first")
+    b.clock.advance(1)
+    debounced.using(task_id="msg-debounced-merged").enqueue("debounced")
+    return {"ran": {"msg-debounced": {"state": None, "reported": _reported(["debounced"])}}}
+
+
 def _workflow(
     name: str, about: str, make: Callable[[], Any], result: Any, steps: Callable[[Builder], None]
 ) -> Shape:
@@ -305,6 +317,20 @@ def _info_retrying(b: Builder) -> dict[str, Any]:
     return {"stored": {task_id: {"state": TaskState.RETRY, "retried": 1, "errors": 1}}, "ran": {task_id: ran}}
 
 
+def _info_snoozed(b: Builder) -> dict[str, Any]:
+    """Its handler snoozed it (no attempt counted), holding its type: format 2 of the info."""
+    task_id = _info_task(b, "snoozed")
+    (claimed,) = b.broker.claim(QUEUE, worker_id=WORKER, limit=1)
+    info = AttemptInfo.from_mapping(claimed.info).snoozing(b.clock())
+    due = snooze(
+        b.broker, QUEUE, task_id, worker_id=WORKER, run=claimed.run, delay_ms=60_000, info=info,
+        hold_task="tests.testapp.tasks.stored_shape",
+    )  # fmt: skip
+    assert due == b.clock.ms(60)
+    ran = {"state": TaskState.COMPLETED, "result": _reported(["snoozed"]), "snoozed": 1, "v": 2}
+    return {"stored": {task_id: {"state": TaskState.SCHEDULED, "snoozed": 1, "v": 2}}, "ran": {task_id: ran}}
+
+
 def _info_archived_after_failures(b: Builder) -> dict[str, Any]:
     task_id = _info_task(b, "archived_after_failures")
     b.run(error=True)
@@ -343,6 +369,17 @@ def _info_requeued_at_shutdown(b: Builder) -> dict[str, Any]:
     b.broker.claim(QUEUE, worker_id=WORKER, limit=1)
     assert b.broker.requeue(QUEUE, [task_id], worker_id=WORKER) == 1
     ran = {"state": TaskState.COMPLETED, "result": _reported(["requeued_at_shutdown"])}
+    return {"stored": {task_id: {"state": TaskState.PENDING}}, "ran": {task_id: ran}}
+
+
+def _info_checkpoint(b: Builder) -> dict[str, Any]:
+    task_id = _info_task(b, "checkpoint")
+    (claimed,) = b.broker.claim(QUEUE, worker_id=WORKER, limit=1)
+    assert save_checkpoint(
+        b.broker, QUEUE, task_id, worker_id=WORKER, run=claimed.run, value_json='{"after":500}'
+    )
+    assert b.broker.requeue(QUEUE, [task_id], worker_id=WORKER) == 1
+    ran = {"state": TaskState.COMPLETED, "result": _reported(["checkpoint"])}
     return {"stored": {task_id: {"state": TaskState.PENDING}}, "ran": {task_id: ran}}
 
 
@@ -421,6 +458,7 @@ SHAPES: tuple[Shape, ...] = (
     _message("process_at", "a message scheduled at a time", {"process_at": FakeClock().now + 3600}),
     _message("delay", "a message scheduled after a delay", {"delay": 60}),
     _message("traced", "a message with the trace context of its enqueue (format 2)", {}, traced=True),
+    Shape("message_debounced", "a debounced message that an enqueue was merged into (format 3)", _debounced),
     Shape("info_succeeded", "a first attempt succeeded, kept for its retention", _info_succeeded),
     Shape(
         "info_succeeded_after_a_retry", "succeeded on its second attempt, kept", _info_succeeded_after_a_retry
@@ -439,6 +477,12 @@ SHAPES: tuple[Shape, ...] = (
     ),
     Shape("info_requeued_at_shutdown", "given back by a worker shutting down", _info_requeued_at_shutdown),
     Shape("info_archived_by_hand", "archived by hand while pending", _info_archived_by_hand),
+    Shape("info_snoozed", "its handler snoozed it, holding its type (info format 2)", _info_snoozed),
+    Shape(
+        "info_checkpoint",
+        "saved a checkpoint as it ran, then given back by a worker shutting down (info format 2)",
+        _info_checkpoint,
+    ),
     _workflow(
         "chain",
         "a chain: its first step done, its second's outcome not applied yet",

@@ -145,3 +145,24 @@ def settles_on_6_0(order_id):
 
 # Django 6.0's form for django-rtq's options (docs/django.md), on every version.
 settles_on_6_0 = replace(task(queue_name="low", priority=3)(settles_on_6_0), max_retries=4, timeout=9.5)
+
+
+@task
+def snoozes_once_django(name, seconds=0.5):
+    """Django's `@task` whose first run snoozes (no attempt counted); it then returns its name."""
+    from django_rtq import Snooze
+
+    if client().incr(report_key(f"{name}:runs")) == 1:
+        raise Snooze(seconds)
+    report(name, "woke")
+    return name
+
+
+def _page_key(page_id, title):
+    return f"page:{page_id}"
+
+
+@rtq_task(debounce=60, debounce_key=_page_key)
+def reindex_page(page_id, title):
+    """Debounced by the page only: the newest title wins (docs/debounce.md)."""
+    return title

@@ -42,6 +42,13 @@ def add(a, b):
     return a + b
 
 
+@task(max_retries=0, retention=60)
+def divide(a, b, *, digits=None):
+    """Archived at once when `b` is 0: a task to edit and run again (tests/test_edit_and_replay.py)."""
+    quotient = a / b
+    return quotient if digits is None else round(quotient, digits)
+
+
 @task(max_retries=3)
 def flaky(name, failures):
     """Fail `failures` times, then succeed."""
@@ -420,3 +427,109 @@ def kills_a_worker_thread(name, thread_name):
     [thread] = [thread for thread in threading.enumerate() if thread.name == thread_name]
     raise_in_thread(thread, SystemExit)
     report(name, os.getpid())
+
+
+@task(max_retries=2, retention=60)
+def snoozes_once(name, seconds=0.3):
+    """Snooze the first run (no attempt counted); then report the retries counted so far."""
+    from django_rtq import Snooze
+
+    if client().incr(report_key(f"{name}:runs")) == 1:
+        raise Snooze(seconds)
+    report(name, current_task().retried)
+    return "woke"
+
+
+@task(max_retries=2, retention=60)
+async def snoozes_once_async(name, seconds=0.3):
+    """snoozes_once, as an `async def` handler."""
+    from django_rtq import Snooze
+
+    if client().incr(report_key(f"{name}:runs")) == 1:
+        raise Snooze(seconds)
+    report(name, current_task().retried)
+    return "woke"
+
+
+@task(max_retries=1)
+def always_snoozes(name):
+    """Snooze every run, at once."""
+    from django_rtq import Snooze
+
+    client().incr(report_key(f"{name}:runs"))
+    raise Snooze(0)
+
+
+@task(retention=60)
+def calls_api(name, retry_after=0.0):
+    """A call to a rate-limited API: with `retry_after`, its first run is answered 429 and
+    snoozes, holding its type that long; every other run reports this host's time."""
+    from django_rtq import Snooze
+
+    if retry_after and client().incr(report_key(f"{name}:runs")) == 1:
+        raise Snooze(retry_after, hold_type=True)
+    report(name, time.time())
+
+
+def _reindex_key(name, value=None):
+    return f"reindex:{name}"
+
+
+@task(debounce=0.5, debounce_key=_reindex_key)
+def reindex(name, value=None):
+    """Debounced by its first argument only (docs/debounce.md): a burst runs once, with the
+    newest value."""
+    report(name, value)
+
+
+@task(debounce=60)
+def rebuild(name):
+    """Debounced by all its arguments (the default key)."""
+    report(name, "rebuilt")
+
+
+@task(max_retries=1, retention=60)
+def counts_with_checkpoints(name, total, fail_at=None, pause=0.0):
+    """Count from the saved checkpoint (0 on the first run) to `total`, reporting each number
+    under `name` and saving it as the checkpoint; the first attempt fails just after saving
+    `fail_at`; sleep `pause` after each number. Each run reports its start under `name:runs`."""
+    context = current_task()
+    start = context.checkpoint or 0
+    report(f"{name}:runs", json.dumps({"checkpoint": context.checkpoint, "retried": context.retried}))
+    for number in range(start + 1, total + 1):
+        report(name, number)
+        context.save_checkpoint(number)
+        if number == fail_at and context.retried == 0:
+            raise RuntimeError(f"failed after checkpoint {number}")
+        time.sleep(pause)
+    return total
+
+
+@task(max_retries=1, retention=60)
+def backfills_users(name, batch_size, fail_in_batch=None):
+    """Report the pk of every user, by pk in batches (iterate_batches); the first attempt fails
+    while handling batch number `fail_in_batch` (1-based), after reporting it."""
+    from django.contrib.auth.models import User
+
+    from django_rtq.checkpoints import iterate_batches
+
+    context = current_task()
+    report(f"{name}:runs", json.dumps({"checkpoint": context.checkpoint, "retried": context.retried}))
+    for number, batch in enumerate(iterate_batches(User.objects.all(), batch_size=batch_size), 1):
+        for user in batch:
+            report(name, user.pk)
+        if number == fail_in_batch and context.retried == 0:
+            raise RuntimeError(f"failed in batch {number}")
+    return name
+
+
+@task(max_retries=1)
+def saves_one_checkpoint(name, seconds):
+    """Save the checkpoint "first" (reporting its start under `name`), then work `seconds` in
+    short sleeps without another checkpoint: only the shutdown timeout stops it."""
+    context = current_task()
+    report(name, json.dumps({"checkpoint": context.checkpoint, "retried": context.retried}))
+    context.save_checkpoint("first")
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        time.sleep(0.05)

@@ -233,14 +233,17 @@ end
 -- channel, the hand-off channel prefix and the lease (ms) of a handed-off task, in this order.
 -- `runs` is the key of the queue's runs hash: a script that does not declare it hands nothing
 -- to idle workers (they are woken and claim instead); nor does one given "" as the prefix
--- (tasks a limit may hold back: they go through a claim).
+-- (tasks a limit may hold back: they go through a claim). `holds` is the key of the queue's
+-- snooze holds (snooze.lua): while one is there, nothing is handed off either, so that no task
+-- of a held type passes the claim by.
 -- `now` is read on first use, so that TIME is called only when a task needs it (a process-at
 -- time, a hand-off). A script that sets `pending_size` (claimable_count, read before it adds
 -- tasks) has it kept up to date by add_task, and spares hand_off a ZCOUNT per task.
-local function enqueue_context(runs)
+local function enqueue_context(runs, holds)
   return setmetatable({
     msg = KEYS[1], state = KEYS[2], priority = KEYS[3], pending = KEYS[4], scheduled = KEYS[5],
     seq = KEYS[6], active = KEYS[7], owner = KEYS[8], idle = KEYS[9], paused = KEYS[10], runs = runs,
+    holds = holds,
     channel = ARGV[2], handoff_prefix = ARGV[3], lease = tonumber(ARGV[4]),
   }, {__index = function(q, name)
     if name == 'now' then
@@ -259,7 +262,7 @@ end
 -- back a task it has no room for).
 local function hand_off(q, id, body)
   if not q.runs or q.handoff_prefix == '' or (q.pending_size or claimable_count(q.pending)) > 0
-      or redis.call('ZCARD', q.idle) == 0 or redis.call('EXISTS', q.paused) == 1 then
+      or redis.call('ZCARD', q.idle) == 0 or redis.call('EXISTS', q.paused, q.holds) > 0 then
     return false
   end
   redis.call('ZREMRANGEBYSCORE', q.idle, '-inf', q.now)
@@ -297,6 +300,34 @@ local function add_task(q, id, body, priority, process_at, lock, lock_ttl)
     push_pending(q.pending, q.seq, q.priority, q.state, id, false, priority)
     if q.pending_size then q.pending_size = q.pending_size + 1 end
   end
+end
+
+-- Debounce (docs/debounce.md). A debounced task's key `lock` holds the id of the copy that
+-- waits (scheduled) for its window to pass. An enqueue of the same key while that copy waits
+-- is merged into it: the copy takes the newest message (with the count of merges appended) and
+-- priority, and is due a window (`window` ms) from now. Otherwise (no copy, or it is due,
+-- running or gone) the task is added as a new copy, due a window from now. The key outlives the
+-- window by DEBOUNCE_GRACE, for a copy that waits past its due time (no worker promoted it).
+-- Return the id of the copy merged into, or nil when the task was added.
+local DEBOUNCE_GRACE = 60000
+local function add_debounced(q, id, body, priority, lock, window)
+  local due = q.now + window
+  local holder = redis.call('GET', lock)
+  if holder and redis.call('HGET', q.state, holder) == 'scheduled' then
+    local old = redis.call('HGET', q.msg, holder) or ''
+    local merged = tonumber(string.match(old, ',"merged_enqueues":(%d+)}$') or '0') + 1
+    redis.call('HSET', q.msg, holder, string.sub(body, 1, -2) .. ',"merged_enqueues":' .. merged .. '}')
+    if priority ~= 0 then
+      redis.call('HSET', q.priority, holder, priority)
+    else
+      redis.call('HDEL', q.priority, holder)
+    end
+    redis.call('ZADD', q.scheduled, due, holder)
+    redis.call('PEXPIRE', lock, window + DEBOUNCE_GRACE)
+    return holder
+  end
+  add_task(q, id, body, priority, due, lock, window + DEBOUNCE_GRACE)
+  return nil
 end
 
 -- Workflows (django_rtq/workflows). A workflow is a task of its queue in the `waiting` state

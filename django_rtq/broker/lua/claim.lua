@@ -14,6 +14,11 @@
 -- that a start counts when it happens. Each start takes a token of its scope's bucket, and a
 -- concurrency slot that the task holds while active (release_slots in _lib.lua).
 --
+-- Snooze holds (snooze.lua): a type a handler's Snooze(hold_type=True) holds until a time is
+-- limited with no room until then, so its tasks are held back like those of a type at its rate
+-- limit, and the worker is told to claim again when the hold ends. A hold that has ended is
+-- dropped. A queue without limits or holds pays one EXISTS of two keys for all this.
+--
 -- KEYS[1] -> rtq:{<queue>}:pending
 -- KEYS[2] -> rtq:{<queue>}:active
 -- KEYS[3] -> rtq:{<queue>}:state
@@ -30,6 +35,7 @@
 -- KEYS[14] -> rtq:{<queue>}:slots
 -- KEYS[15] -> rtq:{<queue>}:parked
 -- KEYS[16] -> rtq:{<queue>}:parked_kinds
+-- KEYS[17] -> rtq:{<queue>}:holds
 -- ARGV[1] -> now (ms; 0 = the server's clock)
 -- ARGV[2] -> lease (ms)
 -- ARGV[3] -> worker id
@@ -70,8 +76,9 @@ local LATENESS_MS = 2
 
 -- The flow control of this claim: the limits by scope, and their use, each read once.
 local fc = {
-  held = KEYS[11], buckets = KEYS[12], running = KEYS[13], slots = KEYS[14], limits = {},
-  tokens = {}, in_use = {}, spent = {}, added = {}, slot_of = {}, wait = -1, thread_bound = false,
+  held = KEYS[11], buckets = KEYS[12], running = KEYS[13], slots = KEYS[14], holds = KEYS[17],
+  limits = {}, tokens = {}, in_use = {}, spent = {}, added = {}, slot_of = {}, hold_until = {},
+  wait = -1, thread_bound = false,
 }
 
 -- A "\n"-joined list as a set; nil for "".
@@ -153,6 +160,12 @@ end
 local function room(scope)
   local lim = fc.limits[scope]
   if type(lim) ~= 'table' then return math.huge end
+  local held_until = fc.hold_until[scope]
+  if held_until then
+    local wait = held_until - now
+    if fc.wait < 0 or wait < fc.wait then fc.wait = wait end
+    return 0
+  end
   local free = math.huge
   if lim.c then free = math.max(0, lim.c - in_use(scope)) end
   if lim.r and free > 0 then
@@ -365,6 +378,23 @@ local function take_parked(want, under_limits)
   return ids
 end
 
+-- Read the snooze holds: a type held until later is limited with no room (room above) until
+-- then; holds that have ended (or that are not a time) are dropped.
+local function read_holds()
+  local raw = redis.call('HGETALL', fc.holds)
+  local ended = {}
+  for i = 1, #raw, 2 do
+    local task, held_until = raw[i], tonumber(raw[i + 1])
+    if held_until and held_until > now then
+      fc.hold_until[task] = held_until
+      if type(fc.limits[task]) ~= 'table' then fc.limits[task] = {} end
+    else
+      ended[#ended + 1] = task
+    end
+  end
+  if #ended > 0 then call_for_all('HDEL', fc.holds, ended) end
+end
+
 local function save_use()
   for scope in pairs(fc.spent) do
     redis.call('HSET', fc.buckets, scope, string.format('%.6f:%d', fc.tokens[scope], now))
@@ -375,7 +405,10 @@ end
 
 -- A flow-control key of the wrong type stops the claim before it changes anything.
 local function check_flow_keys()
-  for key, kind in pairs({[fc.held] = 'zset', [fc.buckets] = 'hash', [fc.running] = 'hash', [fc.slots] = 'hash'}) do
+  local kinds = {
+    [fc.held] = 'zset', [fc.buckets] = 'hash', [fc.running] = 'hash', [fc.slots] = 'hash', [fc.holds] = 'hash',
+  }
+  for key, kind in pairs(kinds) do
     local found = redis.call('TYPE', key).ok
     if found ~= kind and found ~= 'none' then
       return redis.error_reply('WRONGTYPE the flow-control key ' .. key .. ' holds a ' .. found .. ', not a ' .. kind)
@@ -387,7 +420,7 @@ end
 redis.call('ZREM', idle, worker)
 if redis.call('EXISTS', paused) == 1 then return {-1, 0, ''} end
 local ids = {}
-local limited = ARGV[7] ~= '' or redis.call('EXISTS', fc.held) == 1
+local limited = ARGV[7] ~= '' or redis.call('EXISTS', fc.held, fc.holds) > 0
 local parked_exist = redis.call('EXISTS', wk.p.parked) == 1
 if not limited then
   if parked_exist then ids = take_parked(limit, false) end
@@ -403,6 +436,7 @@ else
   local wrong = check_flow_keys()
   if wrong then return wrong end
   if ARGV[7] ~= '' then fc.limits = cjson.decode(ARGV[7]) end
+  read_holds()
   local want = limit
   if type(fc.limits['*']) == 'table' then
     -- The queue's own limit: every task counts, and none waits in a worker's memory.

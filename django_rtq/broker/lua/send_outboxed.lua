@@ -16,18 +16,21 @@
 -- KEYS[9] -> rtq:{<queue>}:idle
 -- KEYS[10] -> rtq:{<queue>}:paused
 -- KEYS[11] -> rtq:{<queue>}:runs
--- KEYS[12] -> rtq:{<queue>}:outboxed
--- KEYS[13..] -> rtq:{<queue>}:unique:<key>, one per task that has a unique key
+-- KEYS[12] -> rtq:{<queue>}:holds
+-- KEYS[13] -> rtq:{<queue>}:outboxed
+-- KEYS[14..] -> rtq:{<queue>}:unique:<key>, one per task that has a unique key, and
+--              rtq:{<queue>}:debounce:<key>, one per debounced task
 -- ARGV[1] -> now (ms; 0 = the server's clock)
 -- ARGV[2] -> wake channel
 -- ARGV[3] -> hand-off channel prefix ("" = hand nothing to idle workers)
 -- ARGV[4] -> lease (ms) of a task handed to a worker
 -- ARGV[5..] -> six per task, as enqueue.lua takes them
 --
--- Returns one code per task: 0 written; 1 sent before (its id exists, or is in `outboxed`);
+-- Returns one code per task: 0 written (a debounced task: added, or merged into the copy that
+-- waits, as enqueue.lua does); 1 sent before (its id exists, or is in `outboxed`);
 -- 2 dropped (its uniqueness lock is held).
-local q = enqueue_context(KEYS[11])
-local outboxed = KEYS[12]
+local q = enqueue_context(KEYS[11], KEYS[12])
+local outboxed = KEYS[13]
 local FIRST, FIELDS = 5, 6
 local kind = redis.call('TYPE', outboxed)['ok']
 if kind ~= 'zset' and kind ~= 'none' then
@@ -51,7 +54,9 @@ for i = FIRST, #ARGV, FIELDS do
     local holder = redis.call('GET', lock)
     if holder and holder ~= id then code = 2 end
   end
-  if code == 0 then
+  if code == 0 and unique_index < 0 then
+    add_debounced(q, id, ARGV[i + 1], tonumber(ARGV[i + 2]), KEYS[-unique_index], tonumber(ARGV[i + 5]))
+  elseif code == 0 then
     add_task(q, id, ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), lock, tonumber(ARGV[i + 5]))
   end
   if not seen[id] then redis.call('ZADD', outboxed, 'NX', q.now, id) end

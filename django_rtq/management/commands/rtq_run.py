@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.core.management.base import CommandParser
+
 from django_rtq.broker.states import ACTION_STATES, Action
 from django_rtq.management.base import TaskActionCommand
 
@@ -13,3 +17,17 @@ class Command(TaskActionCommand):
     )
 
     action = Action.RUN
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        super().add_arguments(parser)
+        parser.add_argument(
+            "--task", dest="task_name", metavar="NAME", help="With --all: only the tasks of this task type."
+        )
+        parser.add_argument(
+            "--error-class",
+            metavar="CLASS",
+            help="With --all: only the tasks whose last error is of this class (builtins.KeyError).",
+        )
+
+    def narrowing(self, options: dict[str, Any]) -> dict[str, str]:
+        return {name: options[name] for name in ("task_name", "error_class") if options.get(name)}

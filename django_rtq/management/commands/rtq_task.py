@@ -14,7 +14,7 @@ from django_rtq.task_view import TaskView, view_of_live_task
 
 #: Message options and info entries holding epoch seconds, and those holding lengths of time.
 TIME_FIELDS = ("deadline", "enqueued_at", "process_at")
-SECONDS_FIELDS = ("timeout", "retention", "unique_ttl")
+SECONDS_FIELDS = ("timeout", "retention", "unique_ttl", "debounce")
 #: Info entries shown on their own rather than in the list of attempt facts.
 INFO_SHOWN_APART = ("retried", "error", "error_type", "traceback", "errors")
 #: How far the lines of an error's traceback are indented under its first line.

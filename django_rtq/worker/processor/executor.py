@@ -14,8 +14,8 @@ from django.db import close_old_connections, connections
 
 from ... import signals, tracing
 from ...broker.attempt import AttemptInfo, format_traceback
-from ...context import TaskContext, set_current_task
-from ...exceptions import NonRetryableError, TaskCancelled
+from ...context import RunHandle, TaskContext, set_current_task
+from ...exceptions import NonRetryableError, Snooze, StoppedAtCheckpoint, TaskCancelled
 from ..outcome import Failure, send_robust
 from .fetcher import Fetcher
 from .jobs import FETCH, Job, JobState, JobTable, Outcome
@@ -128,6 +128,8 @@ class Executor:
                 outcome.result_json = encode_result(result)
                 send_robust(signals.task_succeeded, job.task_type, message=job.message, result=result)
             except BaseException as exc:
+                if isinstance(exc, StoppedAtCheckpoint):
+                    self.jobs.stop_at_checkpoint(job)  # given back uncounted, if shutting down
                 outcome.failure = Failure(
                     claimed=job.claimed,
                     message=job.message,
@@ -137,7 +139,8 @@ class Executor:
                 )
             finally:
                 close_old_connections()
-            finish(outcome.failure.error if outcome.failure else None)
+            error = outcome.failure.error if outcome.failure else None
+            finish(None if isinstance(error, Snooze) else error)  # a snooze is no failure
         return self._record(job, outcome)
 
     def _context(self, job: Job) -> TaskContext:
@@ -154,6 +157,12 @@ class Executor:
             started_at=job.started_at,
             deadline=job.message.deadline,
             info=job.claimed.info,
+            handle=RunHandle(
+                claimed=job.claimed,
+                worker_id=self.worker_id,
+                broker=self.fetcher.broker,
+                stopping=self.jobs.stopping,
+            ),
         )
 
     def _call(self, job: Job, loop: asyncio.AbstractEventLoop | None) -> Any:

@@ -189,6 +189,8 @@ class JobTable:
         self.clock = clock
         self.cond = threading.Condition()
         self.stopping = threading.Event()
+        #: Jobs whose handlers ended at a checkpoint as the worker stopped, to give back.
+        self.stopped_at_checkpoint: list[Job] = []
         #: Jobs for the threads to run, FETCH to pass the fetching on, None to end a thread.
         self.work: queue_module.SimpleQueue[Job | object | None] = queue_module.SimpleQueue()
         #: Outcomes for the settler; None ends it.
@@ -327,6 +329,14 @@ class JobTable:
         job.settle = False
         self.running.pop(job.id, None)
         self.free_slot_locked(job)
+
+    def stop_at_checkpoint(self, job: Job) -> None:
+        """A handler ended at a checkpoint because the worker is stopping: settle nothing of it;
+        the shutdown gives its task back (see Watchdog.stop_handlers)."""
+        with self.cond:
+            if self.stopping.is_set() and job.settle and job.state is JobState.RUNNING:
+                job.settle = False
+                self.stopped_at_checkpoint.append(job)
 
     def let_go_locked(self, jobs: list[Job]) -> None:
         """Stop holding (and extending the leases of) jobs whose handlers the shutdown stopped."""

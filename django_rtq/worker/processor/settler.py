@@ -18,8 +18,9 @@ from ...broker.attempt import AttemptInfo
 from ...broker.message import child_notice
 from ...broker.timings import Timings
 from ...conf import get_settings
-from ...exceptions import BrokerUnavailable
+from ...exceptions import BrokerUnavailable, Snooze
 from ..outcome import log_finished, settle_failure, task_logger, tell_left_out
+from ..snoozing import settle_snooze
 from ..syncer import Syncer, SyncRequest
 from .jobs import JobTable, Outcome
 
@@ -48,6 +49,8 @@ class Settler:
         self._timings_flushed_at = time.monotonic()
         #: Whether each success gets its line (failures always do: outcome.py).
         self.log_successes = get_settings().LOG_FINISHED_TASKS
+        #: How often a task may snooze before it is archived (worker/snoozing.py).
+        self.max_snoozes = get_settings().MAX_SNOOZES
 
     def start(self) -> None:
         self.thread = threading.Thread(target=self._loop, name="rtq-settle", daemon=True)
@@ -106,7 +109,7 @@ class Settler:
                 job.claimed.queue,
                 message.task,
                 ran=outcome.finished_at - job.started_at,
-                ok=outcome.failure is None,
+                ok=outcome.failure is None or isinstance(outcome.failure.error, Snooze),
                 waited=waited,
             )
 
@@ -132,8 +135,17 @@ class Settler:
             waiting += self._write(write, description, succeeded[queue])
         for outcome in batch:
             if outcome.failure is not None:
-                write = partial(settle_failure, self.broker, outcome.failure, worker_id=self.worker_id)
                 description = f"failure of task {outcome.claimed.id!r} in queue {outcome.claimed.queue!r}"
+                write = partial(settle_failure, self.broker, outcome.failure, worker_id=self.worker_id)
+                if isinstance(outcome.failure.error, Snooze):
+                    description = f"snooze of task {outcome.claimed.id!r} in queue {outcome.claimed.queue!r}"
+                    write = partial(
+                        settle_snooze,
+                        self.broker,
+                        outcome.failure,
+                        worker_id=self.worker_id,
+                        max_snoozes=self.max_snoozes,
+                    )
                 waiting += self._write(write, description, [outcome])
         if any(outcome.job is not None and outcome.job.message.parent for outcome in batch):
             self.on_commands()

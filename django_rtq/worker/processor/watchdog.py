@@ -160,8 +160,9 @@ class Watchdog:
         return True
 
     def stop_handlers(self, timeout: float) -> tuple[list[Job], list[Job]]:
-        """At shutdown, let running tasks finish for up to `timeout` seconds, then stop those
-        still running, settling none of them. Return those whose handlers stopped, and those
+        """At shutdown, let running tasks finish for up to `timeout` seconds (or end at their
+        next checkpoint: see TaskContext.save_checkpoint), then stop those still running,
+        settling none of them. Return those whose handlers stopped, and those
         that did not (stuck in C code); this worker holds the leases of neither any longer."""
         jobs = self.jobs
         deadline = time.monotonic() + timeout
@@ -172,6 +173,10 @@ class Watchdog:
             for job in stopping:
                 jobs.stop_settling_locked(job)
                 self._signal_stop(job, WorkerShutdown("the worker shut down before the task finished"))
+            # Handlers that ended at a checkpoint as the worker stopped (context.py): given back
+            # with the others once their threads marked them STOPPED.
+            stopping += [job for job in jobs.stopped_at_checkpoint if job not in stopping]
+            jobs.stopped_at_checkpoint = []
             stop_deadline = time.monotonic() + SHUTDOWN_STOP_GRACE
             while (
                 any(job.state is not JobState.STOPPED for job in stopping)

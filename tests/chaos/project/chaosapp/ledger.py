@@ -48,6 +48,7 @@ def _note(key: str, ran_by: str, arguments: dict) -> None:
         "retried": context.retried,
         "requeued": context.info.get("requeued", 0),
         "recovered": context.info.get("recovered", 0),
+        "snoozed": context.info.get("snoozed", 0),
         "claims": int(claims or 0),
     }
     broker.client.rpush(os.environ["CHAOS_LEDGER"], json.dumps(facts))
