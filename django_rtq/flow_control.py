@@ -1,4 +1,4 @@
-"""The project's flow-control limits: task types' `rate_limit`/`max_concurrency` and `RTQ["QUEUE_LIMITS"]`."""
+"""The project's flow-control limits: task types' (and their partitions') and `RTQ["QUEUE_LIMITS"]`."""
 
 from __future__ import annotations
 
@@ -15,6 +15,12 @@ def project_limits() -> FlowLimits:
     global _cached
     conf, generation = get_settings(), registry_generation()
     if _cached is None or _cached[0] != generation or _cached[1] is not conf:
-        types = {name: limit for name, task_type in registered_tasks().items() if (limit := task_type.limit)}
-        _cached = (generation, conf, FlowLimits(types=types, queues=dict(conf.QUEUE_LIMITS)))
+        tasks = registered_tasks().items()
+        types = {name: limit for name, task_type in tasks if (limit := task_type.limit)}
+        partitions = {name: limits for name, task_type in tasks if (limits := task_type.partition_limits)}
+        _cached = (
+            generation,
+            conf,
+            FlowLimits(types=types, queues=dict(conf.QUEUE_LIMITS), partitions=partitions),
+        )
     return _cached[2]

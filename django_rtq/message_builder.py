@@ -17,7 +17,15 @@ from .conf import get_settings
 from .connection import queue_time
 from .exceptions import InvalidArguments, InvalidTask
 from .queue_names import warn_if_unnamed
-from .task_options import TASK_ID_PATTERN, TASK_ID_RULE, as_instant, as_seconds, check_queue
+from .task_options import (
+    TASK_ID_PATTERN,
+    TASK_ID_RULE,
+    as_instant,
+    as_seconds,
+    check_partition_name,
+    check_queue,
+    partition_weight,
+)
 
 
 class TaskSpec(Protocol):
@@ -75,6 +83,7 @@ def build_message(
         unique_ttl = conf.UNIQUE_TTL if unique is True or not unique else as_seconds(unique, "unique")
         unique_key = call_key(task_type.name, unique_key, arguments_json, args, kwargs, "unique_key")
     debounce, debounce_key = _debounce(opts, task_type.name, arguments_json, args, kwargs)
+    partition = _partition(task_type, args, kwargs)
     if debounce is not None:
         if unique_key is not None:
             raise InvalidTask(
@@ -116,6 +125,8 @@ def build_message(
         process_at=process_at,
         debounce=debounce,
         debounce_key=debounce_key,
+        partition=partition,
+        partition_weight=partition_weight(opts, partition) if partition is not None else 1,
     )
 
 
@@ -151,6 +162,35 @@ def _debounce(
     return seconds, call_key(
         task_name, opts.get("debounce_key"), arguments_json, args, kwargs, "debounce_key"
     )
+
+
+def _partition(task_type: TaskSpec, args: list[Any], kwargs: dict[str, Any]) -> str | None:
+    """A call's partition (docs/partitions.md): the one given (`partition`), or else the value of
+    the argument `partition_by` names, or what a callable `partition_by` returns for the call's
+    arguments; None (no partition) for none, or an argument that is None."""
+    opts = task_type.options
+    value, by = opts.get("partition"), opts.get("partition_by")
+    what = f"Task {task_type.name!r}: partition"
+    if value is None and by is not None:
+        if callable(by):
+            value, what = by(*args, **kwargs), f"Task {task_type.name!r}: what partition_by returned"
+        else:
+            value, what = _argument(task_type, by, args, kwargs), f"Task {task_type.name!r}: argument {by!r}"
+    if value is None:
+        return None
+    return check_partition_name(value, what)
+
+
+def _argument(task_type: TaskSpec, name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """The value the call gives the handler's parameter `name` (its default if not given)."""
+    if name in kwargs:
+        return kwargs[name]
+    signature = _signature(task_type.func)
+    if signature is None:
+        return None
+    bound = signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    return bound.arguments.get(name)
 
 
 def check_arguments(task_type: TaskSpec, args: list[Any], kwargs: dict[str, Any]) -> None:

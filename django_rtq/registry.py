@@ -12,7 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from . import sending, signals
-from .broker.limits import Limit
+from .broker.limits import Limit, PartitionLimits
 from .broker.message import TaskMessage
 from .conf import get_settings
 from .discovery import warn_if_unfound
@@ -26,7 +26,10 @@ from .task_options import (
     USING_OPTIONS,
     check_options,
     check_queue,
+    check_partition_by,
+    check_partition_name,
     check_schedule,
+    partition_limits,
     task_limit,
 )
 
@@ -49,10 +52,13 @@ class TaskType:
     is_async: bool = field(init=False)  # an `async def` function
     # its flow-control limits (`rate_limit`, `burst`, `max_concurrency`), if it has any
     limit: Limit | None = field(init=False, repr=False)
+    # the limits of its partitions (`partition_max_concurrency`, ..., `partition_limits`), if any
+    partition_limits: PartitionLimits | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.func))
         object.__setattr__(self, "limit", task_limit(self.options, self.name))
+        object.__setattr__(self, "partition_limits", partition_limits(self.options, self.name))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
@@ -225,6 +231,12 @@ def task(
             check_queue(options["queue"], task_name)
         if "retry_backoff" in options:
             resolve_backoff(options["retry_backoff"])
+        check_partition_by(options.get("partition_by"), func, task_name)
+        if options.get("partition") is not None:
+            try:
+                check_partition_name(options["partition"], f"Task {task_name!r}: partition")
+            except ValueError as exc:
+                raise ImproperlyConfigured(str(exc)) from None
         if not SCHEDULE_OPTIONS.isdisjoint(options):
             check_schedule(task_name, cron=options.get("cron"), every=options.get("every"))
             if options.get("debounce") is not None:

@@ -2,19 +2,34 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 import re
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
 from croniter import croniter
 from django.core.exceptions import ImproperlyConfigured
 
-from .broker.limits import QUEUE_SCOPE, Limit, make_limit
-from .broker.message import MAX_ID_LENGTH
+from .broker.limits import PARTITION_SEPARATOR, QUEUE_SCOPE, Limit, PartitionLimits, make_limit
+from .broker.message import MAX_ID_LENGTH, MAX_PARTITION_LENGTH, MAX_PARTITION_WEIGHT, is_partition_name
 from .conf import LIMIT_OPTIONS, validate_queue_name
 from .exceptions import InvalidTask
 
+#: Options of a task type's partitions (docs/partitions.md) that only the type sets: how a call's
+#: partition is found, and the limits of each partition. A call may give its own `partition`.
+PARTITION_TYPE_OPTIONS = frozenset(
+    {
+        "partition_by",
+        "partition_max_concurrency",
+        "partition_rate_limit",
+        "partition_burst",
+        "partition_limits",
+    }
+)
+#: What `partition_limits={"acme": {...}}` may set for a partition it names.
+NAMED_PARTITION_OPTIONS = frozenset({*LIMIT_OPTIONS, "weight"})
 #: Options a task type takes in `@task(...)`; all but `retry_backoff` can be overridden per call.
 TYPE_OPTIONS = frozenset(
     {
@@ -32,7 +47,9 @@ TYPE_OPTIONS = frozenset(
         "cron",
         "every",
         "expose",
+        "partition",
         *LIMIT_OPTIONS,
+        *PARTITION_TYPE_OPTIONS,
     }
 )
 #: Type options that make a task periodic (see periodic.py); not for one call.
@@ -40,7 +57,10 @@ SCHEDULE_OPTIONS = frozenset({"cron", "every"})
 #: Options that only make sense for one call, through `.using(...)`.
 CALL_OPTIONS = frozenset({"delay", "process_at", "task_id"})
 #: What `TaskType.using(...)` takes: the type's options a call may override, and the call's own.
-USING_OPTIONS = TYPE_OPTIONS - {"retry_backoff", "expose", *SCHEDULE_OPTIONS, *LIMIT_OPTIONS} | CALL_OPTIONS
+USING_OPTIONS = (
+    TYPE_OPTIONS - {"retry_backoff", "expose", *SCHEDULE_OPTIONS, *LIMIT_OPTIONS, *PARTITION_TYPE_OPTIONS}
+    | CALL_OPTIONS
+)
 #: Options that merge calls (docs/debounce.md): a workflow's steps each run, so never debounced.
 DEBOUNCE_OPTIONS = frozenset({"debounce", "debounce_key"})
 #: Per-call options a workflow step may carry (the same as `TaskType.using` takes, but the task
@@ -50,6 +70,7 @@ STEP_OPTIONS = TYPE_OPTIONS - {
     "expose",
     *SCHEDULE_OPTIONS,
     *DEBOUNCE_OPTIONS,
+    *PARTITION_TYPE_OPTIONS,
 } | CALL_OPTIONS - {"task_id"}
 #: A task id of your own: 1 to 255 printable ASCII characters but / \ % ? # (and no spaces), so
 #: that it is one URL path segment, reads the same quoted or not, and fits the ORM mirror's
@@ -80,15 +101,93 @@ def task_limit(options: dict[str, Any], task_name: str) -> Limit | None:
     """The flow-control limits that a task type's options set; ImproperlyConfigured if invalid."""
     if all(options.get(name) is None for name in LIMIT_OPTIONS):
         return None
-    if task_name == QUEUE_SCOPE or "\0" in task_name or "\1" in task_name:
-        raise ImproperlyConfigured(
-            f"Task {task_name!r} cannot have flow-control limits: its name is {QUEUE_SCOPE!r} (a "
-            "queue's own limits) or holds a \\0 or \\1 character. Give it another name."
-        )
+    _check_limited_name(task_name)
     try:
         return make_limit(**{name: options.get(name) for name in LIMIT_OPTIONS}, where=f"Task {task_name!r}")
     except ValueError as exc:
         raise ImproperlyConfigured(str(exc)) from None
+
+
+def _check_limited_name(task_name: str) -> None:
+    if task_name == QUEUE_SCOPE or any(c in task_name for c in ("\0", "\1", PARTITION_SEPARATOR)):
+        raise ImproperlyConfigured(
+            f"Task {task_name!r} cannot have flow-control limits: its name is {QUEUE_SCOPE!r} (a "
+            "queue's own limits) or holds a \\0, \\1 or \\2 character. Give it another name."
+        )
+
+
+def partition_limits(options: dict[str, Any], task_name: str) -> PartitionLimits | None:
+    """The limits a task type's options set for its partitions; ImproperlyConfigured if invalid."""
+    where = f"Task {task_name!r}"
+    each_options = {name: options.get(f"partition_{name}") for name in LIMIT_OPTIONS}
+    named_options = options.get("partition_limits") or {}
+    if all(value is None for value in each_options.values()) and not named_options:
+        return None
+    _check_limited_name(task_name)
+    try:
+        each = make_limit(**each_options, where=f"{where} (partition_...)")
+        if not isinstance(named_options, dict):
+            raise ValueError(f"{where}: partition_limits must be a dict of partition -> limits, not {named_options!r}.")
+        named = {}
+        for partition, spec in named_options.items():
+            check_partition_name(partition, f"{where}: partition_limits key")
+            if not isinstance(spec, dict) or not spec or set(spec) - NAMED_PARTITION_OPTIONS:
+                raise ValueError(
+                    f"{where}: partition_limits[{partition!r}] must be a dict of some of "
+                    f"{', '.join(sorted(NAMED_PARTITION_OPTIONS))}, not {spec!r}."
+                )
+            partition_weight({"partition_limits": named_options}, partition)  # checks it
+            limit = make_limit(
+                **{name: spec.get(name) for name in LIMIT_OPTIONS}, where=f"{where}: partition {partition!r}"
+            )
+            if limit is not None:
+                named[partition] = limit
+    except (ValueError, InvalidTask) as exc:
+        raise ImproperlyConfigured(str(exc)) from None
+    return PartitionLimits(each=each, named=named)
+
+
+def partition_weight(options: dict[str, Any], partition: str) -> int:
+    """The weight (turns per round) `partition_limits` gives a partition: 1 unless it names it."""
+    weight = ((options.get("partition_limits") or {}).get(partition) or {}).get("weight", 1)
+    if not isinstance(weight, int) or isinstance(weight, bool) or not 1 <= weight <= MAX_PARTITION_WEIGHT:
+        raise InvalidTask(
+            f"A partition's weight must be a whole number from 1 to {MAX_PARTITION_WEIGHT}, not {weight!r}."
+        )
+    return weight
+
+
+def check_partition_by(partition_by: Any, func: Callable[..., Any], task_name: str) -> None:
+    """`partition_by` must name a parameter of the handler, or be a callable of its arguments."""
+    if partition_by is None or callable(partition_by):
+        return
+    if not isinstance(partition_by, str):
+        raise ImproperlyConfigured(
+            f"Task {task_name!r}: partition_by must be the name of an argument or a callable taking "
+            f"the task's arguments, not {partition_by!r}."
+        )
+    try:
+        parameters = inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        return
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    if partition_by not in parameters and not takes_any:
+        raise ImproperlyConfigured(
+            f"Task {task_name!r}: partition_by={partition_by!r} names no argument of the handler "
+            f"(it takes {', '.join(parameters) or 'none'})."
+        )
+
+
+PARTITION_RULE = f"1 to {MAX_PARTITION_LENGTH} characters, none of them a control character"
+
+
+def check_partition_name(value: Any, what: str) -> str:
+    """A partition's name: a string (or an int, written as one) of PARTITION_RULE; else InvalidTask."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or not is_partition_name(value):
+        raise InvalidTask(f"{what} must be a partition name, {PARTITION_RULE} (or an int), not {value!r}.")
+    return value
 
 
 def check_schedule(name: str, *, cron: Any, every: Any) -> tuple[str | None, float | None]:

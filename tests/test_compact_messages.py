@@ -40,11 +40,13 @@ def test_values_that_only_look_like_defaults_are_kept_in_field_order():
         id="a", task="t", queue="q", args=[None], kwargs={"k": 0}, priority=-1, max_retries=1, timeout=0.0,
         deadline=0.0, retention=0.5, unique_key="", unique_ttl=0.0, enqueued_at=2.0, process_at=0.0,
         parent="", parent_queue="", position=0, trace={}, debounce=0.001, debounce_key="", merged_enqueues=1,
+        partition="0", partition_weight=2,
     )  # fmt: skip
     stored = json.loads(task.to_json())
 
-    fields = [f.name for f in dataclasses.fields(TaskMessage) if f.name not in ("id", "queue")]
-    assert list(stored) == [fields[0], "v", *fields[1:]]  # an empty debounce key is format 3 too
+    first = ["partition", "partition_weight"]  # right after "v", where the scripts read them
+    fields = [f.name for f in dataclasses.fields(TaskMessage) if f.name not in ("id", "queue", *first)]
+    assert list(stored) == [fields[0], "v", *first, *fields[1:]]
     assert TaskMessage.from_json(task.to_json(), id="a", queue="q") == task
 
 

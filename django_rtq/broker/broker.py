@@ -328,6 +328,8 @@ class Broker:
             qk.periodic,
             qk.runs,
             qk.holds,
+            qk.lanes,
+            qk.vclock,
         ]
         if message.unique_key:
             keys.append(qk.unique(message.unique_key))
@@ -438,6 +440,9 @@ class Broker:
                 qk.parked,
                 qk.parked_kinds,
                 qk.holds,
+                qk.lanes,
+                qk.vclock,
+                qk.seq,
             ],
             [
                 self.clock_arg(),
@@ -669,7 +674,7 @@ class Broker:
             while True:
                 count = self.run_script(
                     "forward",
-                    [source, qk.state, qk.priority, qk.pending, qk.seq],
+                    [source, qk.state, qk.priority, qk.pending, qk.seq, qk.msg, qk.lanes, qk.vclock],
                     [self.clock_arg(), limit, qk.wake_channel],
                 )
                 moved += count

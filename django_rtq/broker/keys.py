@@ -13,10 +13,10 @@ from functools import cache
 
 from ..defaults import DEFAULT_KEY_PREFIX
 
-#: The keys the enqueue script takes first (KEYS[1..12] of enqueue.lua), as QueueKeys names them.
+#: The keys the enqueue script takes first (KEYS[1..14] of enqueue.lua), as QueueKeys names them.
 ENQUEUE_KEYS = (
     "msg", "state", "priority", "pending", "scheduled", "seq", "active", "owner", "idle", "paused", "runs",
-    "holds",
+    "holds", "lanes", "vclock",
 )  # fmt: skip
 
 #: The keys forget_queue.lua takes, in its header's order (QueueKeys names them): three it reads
@@ -27,7 +27,7 @@ FORGET_KEYS = (
     "pending", "active", "scheduled", "retry", "archived", "completed", "waiting", "state", "msg",
     "held", "parked", "unstarted", "commands", "command", "finished", "bulk", "outboxed", "paused",
     "seq", "timings", "periodic", "parked_kinds", "buckets", "running", "slots", "info", "result",
-    "owner", "priority", "runs", "progress", "began", "holds",
+    "owner", "priority", "runs", "progress", "began", "holds", "lanes", "vclock",
 )  # fmt: skip
 
 
@@ -173,6 +173,14 @@ class QueueKeys:
     @property
     def slots(self) -> str:  # HASH id -> the scopes an active task holds a slot in, "\n"-joined
         return self.prefix + "slots"
+
+    @property
+    def lanes(self) -> str:  # ZSET partition -> its last turn: fair partitions (docs/partitions.md)
+        return self.prefix + "lanes"
+
+    @property
+    def vclock(self) -> str:  # STRING the furthest place in pending a claim took a task from
+        return self.prefix + "vclock"
 
     @property
     def holds(self) -> str:  # HASH task name -> until (ms): types held by a snooze (docs/snooze.md)

@@ -11,12 +11,16 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 #: The scope of a queue's own limits, which every task of the queue counts against.
 QUEUE_SCOPE = "*"
+#: Joins a task type's name and a partition's into the scope of that partition's limits,
+#: "<task>\2<partition>"; "<task>\2" alone is the scope of the limits each partition of the type
+#: has (claim.lua; docs/partitions.md).
+PARTITION_SEPARATOR = "\2"
 #: Added to the pending score of a task held back by its type's limits, so that it sorts after
 #: every task that can run (claim.lua). The same as HELD_BASE in _lib.lua (a test checks).
 HELD_BASE = 4_000_000_000_000_000
@@ -96,17 +100,41 @@ def _is_positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionLimits:
+    """A task type's limits for its partitions: those each partition has (`each`), and those of
+    partitions it names (`named`: a premium tier, say), which take their place."""
+
+    each: Limit | None = None
+    named: Mapping[str, Limit] = field(default_factory=dict)
+
+    def for_partition(self, partition: str) -> Limit | None:
+        return self.named.get(partition, self.each)
+
+
+def partition_scope(task: str, partition: str = "") -> str:
+    """The scope of a partition's limits ("" for the limits each partition has)."""
+    return f"{task}{PARTITION_SEPARATOR}{partition}"
+
+
 @dataclass(frozen=True)
 class FlowLimits:
-    """Every limit a project sets: per task type (they apply in whichever queue its tasks are)
-    and per queue."""
+    """Every limit a project sets: per task type (they apply in whichever queue its tasks are),
+    per partition of a task type, and per queue."""
 
     types: Mapping[str, Limit]
     queues: Mapping[str, Limit]
+    partitions: Mapping[str, PartitionLimits] = field(default_factory=dict)
 
     def for_queue(self, queue: str) -> dict[str, Limit]:
-        """The limits claims from `queue` apply, by scope (task names, and QUEUE_SCOPE)."""
+        """The limits claims from `queue` apply, by scope (task names, QUEUE_SCOPE, and the
+        partition scopes of partitioned types)."""
         scopes = dict(self.types)
+        for task, limits in self.partitions.items():
+            if limits.each is not None:
+                scopes[partition_scope(task)] = limits.each
+            for partition, limit in limits.named.items():
+                scopes[partition_scope(task, partition)] = limit
         if queue in self.queues:
             scopes[QUEUE_SCOPE] = self.queues[queue]
         return scopes
@@ -122,10 +150,10 @@ class FlowLimits:
     def holds(self, queue: str, task: str) -> bool:
         """Can a limit hold back a task of this type in this queue (it is then never handed
         straight to an idle worker at enqueue, which would pass the claim by)?"""
-        return task in self.types or queue in self.queues
+        return task in self.types or task in self.partitions or queue in self.queues
 
     def __bool__(self) -> bool:
-        return bool(self.types or self.queues)
+        return bool(self.types or self.queues or self.partitions)
 
     @cached_property
     def _specs(self) -> dict[str, str]:

@@ -56,7 +56,7 @@ def _run_now(
     qk = broker.queue(queue)
     state_keys = [qk.state_set(state) for state in states]
     state_args = [len(states), *states]
-    keys = [qk.state, qk.priority, qk.pending, qk.seq, qk.msg, qk.info, *state_keys]
+    keys = [qk.state, qk.priority, qk.pending, qk.seq, qk.msg, qk.info, qk.lanes, qk.vclock, *state_keys]
     return broker.run_script("run_now", keys, [qk.wake_channel, *narrowing, *state_args, *task_ids])
 
 

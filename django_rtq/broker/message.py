@@ -13,6 +13,10 @@ MIN_PRIORITY = -100
 MAX_PRIORITY = 100
 #: The longest task id, in characters (printable ASCII: as many bytes); see TASK_ID_PATTERN.
 MAX_ID_LENGTH = 255
+#: The longest partition name, in characters (docs/partitions.md).
+MAX_PARTITION_LENGTH = 200
+#: The highest weight of a partition: the turns it takes in a round of the others' one.
+MAX_PARTITION_WEIGHT = 100
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,21 +48,31 @@ class TaskMessage:
     debounce: float | None = None
     debounce_key: str | None = None
     merged_enqueues: int = 0
+    # fair partitions (docs/partitions.md): the partition whose turn the task waits for, and that
+    # partition's weight (turns per round); written right after "v", where the scripts read
+    # them with an anchored pattern; format 4
+    partition: str | None = None
+    partition_weight: int = 1
 
     def to_json(self) -> str:
         """The message as stored: its fields in declaration order, leaving out the id and the
         queue (its reader knows them: the msg hash's field, the key's hash tag) and those that
         hold their default (from_json puts them back), but enqueued_at (see _ALWAYS_STORED).
         Its format version "v" comes second, right after the task (the claim script reads it
-        with an anchored pattern), and only above version 1 (never written: see versions.py):
+        with an anchored pattern), and only above version 1; a partition and its weight come
+        right after it (_lib.lua's partition_of reads them so) (never written: see versions.py):
         a message is written in the oldest format that holds its fields (`version`)."""
         data: dict[str, Any] = {"task": self.task}
         version = self.version()
         if version > 1:
             data["v"] = version
+        if self.partition is not None:
+            data["partition"] = self.partition
+            if self.partition_weight != 1:
+                data["partition_weight"] = self.partition_weight
         for name, default in _OPTIONAL_FIELDS:
             value = getattr(self, name)
-            if value != default or name in _ALWAYS_STORED:
+            if (value != default or name in _ALWAYS_STORED) and name not in _WRITTEN_FIRST:
                 data[name] = value
         return _ENCODER.encode(data)
 
@@ -121,10 +135,19 @@ _OPTIONAL_FIELDS: tuple[tuple[str, Any], ...] = tuple(
 _DEFAULTS = dict(_OPTIONAL_FIELDS)
 #: The fields added after format version 1, each with the version that added it (MESSAGE_FORMAT
 #: at most): a message that holds one is written in that version (TaskMessage.version).
-FIELD_SINCE: dict[str, int] = {"trace": 2, "debounce": 3, "debounce_key": 3, "merged_enqueues": 3}
+FIELD_SINCE: dict[str, int] = {
+    "trace": 2,
+    "debounce": 3,
+    "debounce_key": 3,
+    "merged_enqueues": 3,
+    "partition": 4,
+    "partition_weight": 4,
+}
 #: Stored even at its default: the ORM mirror reads the stored JSON itself, and takes a missing
 #: enqueued_at for an unknown time but 0.0 for the epoch.
 _ALWAYS_STORED = frozenset({"enqueued_at"})
+#: Written ahead of the other fields, by to_json itself.
+_WRITTEN_FIRST = frozenset({"partition", "partition_weight"})
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 _NUMBER = (int, float)
 OPTIONAL_NUMBER = (int, float, type(None))
@@ -152,6 +175,8 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "debounce": OPTIONAL_NUMBER,
     "debounce_key": OPTIONAL_STR,
     "merged_enqueues": (int,),
+    "partition": OPTIONAL_STR,
+    "partition_weight": (int,),
 }
 
 
@@ -164,8 +189,16 @@ _FIELD_RANGES = {
     "unique_ttl": lambda value: value >= 0,
     "debounce": lambda value: value > 0,
     "merged_enqueues": lambda value: value >= 0,
+    "partition": lambda value: is_partition_name(value),
+    "partition_weight": lambda value: 1 <= value <= MAX_PARTITION_WEIGHT,
     "trace": lambda value: all(type(k) is str and type(v) is str for k, v in value.items()),
 }
+
+
+def is_partition_name(value: str) -> bool:
+    """Whether `value` may name a partition: 1 to MAX_PARTITION_LENGTH characters, none of them a
+    control character (the scripts join scopes with \\0, \\1, \\2 and newlines)."""
+    return 0 < len(value) <= MAX_PARTITION_LENGTH and not any(ord(c) < 32 or ord(c) == 127 for c in value)
 
 
 def is_utf8(text: str) -> bool:

@@ -13,8 +13,10 @@ from __future__ import annotations
 #: The newest this release reads; each message is written in the oldest that holds its fields
 #: (TaskMessage.version): 2 only for one that carries a trace context (tracing.py), so that
 #: workers of releases that read only 1 still run every other task; 3 only for a debounced one
-#: (its debounce window and key, and the count of enqueues merged into it: docs/debounce.md).
-MESSAGE_FORMAT = 3
+#: (its debounce window and key, and the count of enqueues merged into it: docs/debounce.md);
+#: 4 only for one given a partition (its name and weight: docs/partitions.md), so that a worker
+#: of a release without partitions leaves it rather than run it past its partition's limits.
+MESSAGE_FORMAT = 4
 #: A task's attempt info (AttemptInfo, the queue's `info` column): its "v" fact. The newest this
 #: release reads; like a message, an info is written in the oldest version that holds its facts:
 #: 2 only for one that counts snoozes ("snoozed", "snoozed_at": docs/snooze.md) or holds a

@@ -96,7 +96,7 @@ def activate(
     keys = [
         qk.msg, qk.state, qk.priority, qk.pending, qk.scheduled, qk.seq, qk.active, qk.owner,
         qk.idle, qk.paused, qk.applied, qk.state_set("waiting"), qk.commands, qk.command, qk.runs,
-        qk.holds,
+        qk.holds, qk.lanes, qk.vclock,
     ]  # fmt: skip
     planned = []
     for workflow in workflows:

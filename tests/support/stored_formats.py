@@ -16,7 +16,7 @@ import sys
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -244,6 +244,21 @@ def _message(
     return Shape(f"message_{name}", about, build)
 
 
+def _partitioned(b: Builder) -> dict[str, Any]:
+    """Pending tasks of two partitions, one of them weighted, in their partitions' turns (the
+    queue's lanes and virtual clock): format 4."""
+    stored_shape = _stored_shape()
+    weighted = replace(stored_shape, options={**stored_shape.options, "partition_limits": {"acme": {"weight": 2}}})
+    weighted.using(task_id="msg-partitioned", partition="acme").enqueue("partitioned")
+    stored_shape.using(task_id="msg-partitioned-plain", partition="globex").enqueue("partitioned-plain")
+    return {
+        "ran": {
+            "msg-partitioned": {"state": None, "reported": _reported(["partitioned"], {})},
+            "msg-partitioned-plain": {"state": None, "reported": _reported(["partitioned-plain"], {})},
+        }
+    }
+
+
 def _debounced(b: Builder) -> dict[str, Any]:
     """A debounced copy that waits, an enqueue merged into it (its newest arguments, its count
     of merges, its debounce key with the window's TTL): format 3."""
@@ -459,6 +474,7 @@ SHAPES: tuple[Shape, ...] = (
     _message("delay", "a message scheduled after a delay", {"delay": 60}),
     _message("traced", "a message with the trace context of its enqueue (format 2)", {}, traced=True),
     Shape("message_debounced", "a debounced message that an enqueue was merged into (format 3)", _debounced),
+    Shape("message_partitioned", "messages of two partitions, one weighted (format 4)", _partitioned),
     Shape("info_succeeded", "a first attempt succeeded, kept for its retention", _info_succeeded),
     Shape(
         "info_succeeded_after_a_retry", "succeeded on its second attempt, kept", _info_succeeded_after_a_retry

@@ -29,16 +29,6 @@ end
 -- (100 - priority) * 10^13 + seq stays an exact integer in a double for any seq < 10^13.
 local PRIORITY_BAND = 10000000000000
 
--- Put a task in pending, at the end of its priority band or (`front`) at its head. `priority` is
--- the task's when the caller knows it; nil reads it from priority_hash.
-local function push_pending(pending, seq, priority_hash, state_hash, id, front, priority)
-  priority = priority or tonumber(redis.call('HGET', priority_hash, id) or '0')
-  local order = 0
-  if not front then order = redis.call('INCR', seq) end
-  redis.call('ZADD', pending, (100 - priority) * PRIORITY_BAND + order, id)
-  redis.call('HSET', state_hash, id, 'pending')
-end
-
 -- Flow control (broker/limits.py). A pending task that its type's limits hold back stays in
 -- pending with HELD_BASE added to its score, after every task that can run, and is indexed in
 -- the queue's `held` set (all scores 0) as "<task>\0<its score>\0<id>": by type, then in its
@@ -46,6 +36,73 @@ end
 -- same as HELD_BASE in broker/limits.py (a test checks).
 local HELD_BASE = 4000000000000000
 local HELD_BASE_TEXT = '4000000000000000'
+
+-- Fair partitions (docs/partitions.md): start-time fair queuing within pending's order. A task
+-- given a partition does not take the next place of `seq` but its partition's next turn: past
+-- the later of the partition's last turn (`lanes`: partition -> its last turn) and the queue's
+-- virtual clock (`vclock`: the furthest place a claim has taken a task from), by 1/weight. A
+-- partition's backlog is so spread over the turns to come, and a partition that comes later
+-- starts at the clock, beside it; the tasks without a partition are one more lane (`seq`, which
+-- claims keep at the clock or past it: advance_vclock). `f`: pending, seq, msg, lanes, vclock.
+
+-- The partition of a stored message and its weight (nil, 1 for none). TaskMessage.to_json
+-- writes them right after "task" and "v"; a name with an escape in it is decoded.
+local function partition_of(body)
+  if not body or not string.find(body, '^{"task":"[^"\\]*","v":%d+,"partition":"') then return nil, 1 end
+  local name, after = string.match(body, '^{"task":"[^"\\]*","v":%d+,"partition":"([^"\\]*)"()')
+  local weight = nil
+  if name then
+    weight = string.match(body, '^,"partition_weight":(%d+)', after)
+  else
+    local ok, decoded = pcall(cjson.decode, body)
+    if not (ok and type(decoded) == 'table' and type(decoded.partition) == 'string') then return nil, 1 end
+    name, weight = decoded.partition, decoded.partition_weight
+  end
+  return name, math.max(1, math.min(100, math.floor(tonumber(weight) or 1)))
+end
+
+-- The queue's virtual clock, started (the first partitioned task of the queue) at the place of
+-- the head of pending, or else at `seq`: the partition joins the queue where its claims are.
+local function vclock_of(f)
+  local clock = tonumber(redis.call('GET', f.vclock))
+  if clock then return clock end
+  clock = nil
+  local head = redis.call('ZRANGE', f.pending, 0, 0, 'WITHSCORES')
+  if head[2] and tonumber(head[2]) < HELD_BASE then
+    local place = tonumber(head[2]) % PRIORITY_BAND
+    if place > 0 then clock = place end
+  end
+  clock = clock or tonumber(redis.call('GET', f.seq)) or 0
+  redis.call('SET', f.vclock, clock)
+  return clock
+end
+
+-- A partitioned task's place in pending (within its priority band): its partition's next turn.
+local function lane_place(f, partition, weight)
+  local last = tonumber(redis.call('ZSCORE', f.lanes, partition)) or 0
+  local turn = math.max(vclock_of(f), last) + 1 / weight
+  redis.call('ZADD', f.lanes, turn, partition)
+  return math.ceil(turn - 0.000001)
+end
+
+-- Put a task in pending, at the end of its priority band or (`front`) at its head; a task with a
+-- partition at its partition's next turn, when the caller passes `f` (the body read from f.msg
+-- unless given). `priority` is the task's when the caller knows it; nil reads it from priority_hash.
+local function push_pending(pending, seq, priority_hash, state_hash, id, front, priority, f, body)
+  priority = priority or tonumber(redis.call('HGET', priority_hash, id) or '0')
+  local order = 0
+  if not front then
+    local partition, weight = nil, 1
+    if f then partition, weight = partition_of(body or redis.call('HGET', f.msg, id)) end
+    if partition then
+      order = lane_place(f, partition, weight)
+    else
+      order = redis.call('INCR', seq)
+    end
+  end
+  redis.call('ZADD', pending, (100 - priority) * PRIORITY_BAND + order, id)
+  redis.call('HSET', state_hash, id, 'pending')
+end
 
 -- How many pending tasks a claim could take: those not held back.
 local function claimable_count(pending)
@@ -235,15 +292,16 @@ end
 -- to idle workers (they are woken and claim instead); nor does one given "" as the prefix
 -- (tasks a limit may hold back: they go through a claim). `holds` is the key of the queue's
 -- snooze holds (snooze.lua): while one is there, nothing is handed off either, so that no task
--- of a held type passes the claim by.
+-- of a held type passes the claim by. `lanes` and `vclock` are the keys of fair partitions
+-- (push_pending).
 -- `now` is read on first use, so that TIME is called only when a task needs it (a process-at
 -- time, a hand-off). A script that sets `pending_size` (claimable_count, read before it adds
 -- tasks) has it kept up to date by add_task, and spares hand_off a ZCOUNT per task.
-local function enqueue_context(runs, holds)
+local function enqueue_context(runs, holds, lanes, vclock)
   return setmetatable({
     msg = KEYS[1], state = KEYS[2], priority = KEYS[3], pending = KEYS[4], scheduled = KEYS[5],
     seq = KEYS[6], active = KEYS[7], owner = KEYS[8], idle = KEYS[9], paused = KEYS[10], runs = runs,
-    holds = holds,
+    holds = holds, lanes = lanes, vclock = vclock,
     channel = ARGV[2], handoff_prefix = ARGV[3], lease = tonumber(ARGV[4]),
   }, {__index = function(q, name)
     if name == 'now' then
@@ -296,8 +354,10 @@ local function add_task(q, id, body, priority, process_at, lock, lock_ttl)
   if process_at > 0 and process_at > q.now then
     redis.call('ZADD', q.scheduled, process_at, id)
     redis.call('HSET', q.state, id, 'scheduled')
+    -- the queue's clock runs from its first partitioned task on, so that forward places it
+    if partition_of(body) then vclock_of(q) end
   elseif not hand_off(q, id, body) then
-    push_pending(q.pending, q.seq, q.priority, q.state, id, false, priority)
+    push_pending(q.pending, q.seq, q.priority, q.state, id, false, priority, q, body)
     if q.pending_size then q.pending_size = q.pending_size + 1 end
   end
 end

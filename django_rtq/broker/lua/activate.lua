@@ -19,7 +19,9 @@
 -- KEYS[14] -> rtq:{<queue>}:command
 -- KEYS[15] -> rtq:{<queue>}:runs
 -- KEYS[16] -> rtq:{<queue>}:holds
--- KEYS[17..] -> rtq:{<queue>}:wf:<id>, one per workflow created
+-- KEYS[17] -> rtq:{<queue>}:lanes
+-- KEYS[18] -> rtq:{<queue>}:vclock
+-- KEYS[19..] -> rtq:{<queue>}:wf:<id>, one per workflow created
 -- ARGV[1] -> now (ms)
 -- ARGV[2] -> wake channel
 -- ARGV[3] -> hand-off channel prefix ("" = hand nothing to idle workers)
@@ -32,7 +34,7 @@
 --            (a postponed workflow's one command, its start, is due at its start time)
 --
 -- Returns: the number of tasks and workflows written (0 for a command applied before).
-local q = enqueue_context(KEYS[15], KEYS[16])
+local q = enqueue_context(KEYS[15], KEYS[16], KEYS[17], KEYS[18])
 local applied, waiting, commands, command = KEYS[11], KEYS[12], KEYS[13], KEYS[14]
 if not first_application(applied, ARGV[5], q.now, tonumber(ARGV[6])) then return 0 end
 local plan = cjson.decode(ARGV[7])

@@ -19,6 +19,12 @@
 -- limit, and the worker is told to claim again when the hold ends. A hold that has ended is
 -- dropped. A queue without limits or holds pays one EXISTS of two keys for all this.
 --
+-- Partitions (docs/partitions.md): a type's partition limits apply to each of its partitions as
+-- a scope of its own, "<task>\2<partition>" (a partition the type names has its own, else the
+-- type's "<task>\2"); a task is held back when its type or its partition is at its limit. The
+-- claim moves the queue's virtual clock (`vclock`) to the furthest place it took a task from, so
+-- that a partition that comes later is placed beside the claims (push_pending in _lib.lua).
+--
 -- KEYS[1] -> rtq:{<queue>}:pending
 -- KEYS[2] -> rtq:{<queue>}:active
 -- KEYS[3] -> rtq:{<queue>}:state
@@ -36,6 +42,9 @@
 -- KEYS[15] -> rtq:{<queue>}:parked
 -- KEYS[16] -> rtq:{<queue>}:parked_kinds
 -- KEYS[17] -> rtq:{<queue>}:holds
+-- KEYS[18] -> rtq:{<queue>}:lanes
+-- KEYS[19] -> rtq:{<queue>}:vclock
+-- KEYS[20] -> rtq:{<queue>}:seq
 -- ARGV[1] -> now (ms; 0 = the server's clock)
 -- ARGV[2] -> lease (ms)
 -- ARGV[3] -> worker id
@@ -43,7 +52,8 @@
 -- ARGV[5] -> how many of the claimed tasks start at once (the rest are marked unstarted)
 -- ARGV[6] -> how long (ms) to stay registered as idle; 0 = do not register
 -- ARGV[7] -> the queue's limits by scope, JSON ({"<task>": {"r": starts, "p": per ms, "b": bucket,
---            "c": running}, "*": the queue's own}); "" when it has none
+--            "c": running}, "*": the queue's own, "<task>\2": each partition's of a type,
+--            "<task>\2<partition>": a partition's own}); "" when it has none
 -- ARGV[8] -> the task types this worker does not know, "\n"-joined: their pending tasks are
 --            parked as the claim passes them ("" for none)
 -- ARGV[9] -> the parked kinds this worker can run, "\n"-joined: taken before pending
@@ -78,8 +88,28 @@ local LATENESS_MS = 2
 local fc = {
   held = KEYS[11], buckets = KEYS[12], running = KEYS[13], slots = KEYS[14], holds = KEYS[17],
   limits = {}, tokens = {}, in_use = {}, spent = {}, added = {}, slot_of = {}, hold_until = {},
-  wait = -1, thread_bound = false,
+  wait = -1, thread_bound = false, partition_holds = false,
 }
+
+-- Fair partitions: the furthest place in pending (within its priority band) this claim took.
+local fair = {lanes = KEYS[18], vclock = KEYS[19], seq = KEYS[20], top = 0}
+
+local function note_place(score)
+  local place = tonumber(score) % PRIORITY_BAND
+  if place > fair.top then fair.top = place end
+end
+
+-- Move the queue's virtual clock (once it has one: its first partitioned task started it) to the
+-- furthest place claimed. The lanes it passed are dropped (their next turn is past the clock
+-- anyway), and `seq`, the lane of the tasks without a partition, is brought up to it.
+local function advance_vclock()
+  if fair.top == 0 then return end
+  local clock = tonumber(redis.call('GET', fair.vclock))
+  if not clock or fair.top <= clock then return end
+  redis.call('SET', fair.vclock, fair.top)
+  redis.call('ZREMRANGEBYSCORE', fair.lanes, '-inf', fair.top)
+  if (tonumber(redis.call('GET', fair.seq)) or 0) < fair.top then redis.call('SET', fair.seq, fair.top) end
+end
 
 -- A "\n"-joined list as a set; nil for "".
 local function set_of(joined)
@@ -155,10 +185,34 @@ local function note_wait(lim, left)
   end
 end
 
+-- The limits of a scope: a type's, the queue's, or a partition's ("<task>\2<partition>": its own
+-- if the type names it, else the type's for each partition, "<task>\2"); false for none.
+local function limit_of(scope)
+  local lim = fc.limits[scope]
+  if lim == nil then
+    local task = string.match(scope, '^(.-)\2.')
+    lim = task and fc.limits[task .. '\2']
+    if type(lim) ~= 'table' then lim = false end
+    fc.limits[scope] = lim
+  end
+  return lim
+end
+
+-- The partition scope of a task (its type's name and message body), when its type has partition
+-- limits or a snooze holds one of its partitions; nil otherwise.
+local function partition_scope(task, body)
+  if not task or not (type(fc.limits[task .. '\2']) == 'table' or fc.partition_holds) then return nil end
+  local partition = partition_of(body)
+  if not partition then return nil end
+  local scope = task .. '\2' .. partition
+  if limit_of(scope) then return scope end
+  return nil
+end
+
 -- How many tasks of a scope may start now (math.huge when it has no limits). When only its rate
 -- stops them, note in fc.wait how soon it will allow one.
 local function room(scope)
-  local lim = fc.limits[scope]
+  local lim = limit_of(scope)
   if type(lim) ~= 'table' then return math.huge end
   local held_until = fc.hold_until[scope]
   if held_until then
@@ -180,7 +234,7 @@ end
 -- A start that empties the bucket notes when the next is allowed: the tasks that wait for it may
 -- be held already, and no later room() of this claim would see them.
 local function take(scope, id)
-  local lim = fc.limits[scope]
+  local lim = limit_of(scope)
   if type(lim) ~= 'table' then return end
   if lim.r then
     fc.tokens[scope] = tokens(scope, lim) - 1
@@ -259,20 +313,25 @@ local function take_under_limits(want, already)
       scanned = scanned + 1
       local task = task_of(bodies[k])
       local limited = task and type(fc.limits[task]) == 'table'
+      local partitioned = partition_scope(task, bodies[k])
       if parked_unknown(task, score, id) then
         -- left for a worker that knows its type
       elseif limited and room(task) < 1 then
         hold(task, score, id)
-      elseif limited and already + #ids >= start_now then
+      elseif partitioned and room(partitioned) < 1 then
+        hold(partitioned, score, id)
+      elseif (limited or partitioned) and already + #ids >= start_now then
         -- It could start, but only on a free thread: a limited task never waits in a worker's memory.
         fc.thread_bound = true
         stop = true
         break
       else
         if limited then take(task, id) end
+        if partitioned then take(partitioned, id) end
         if queue_limited then take('*', id) end
         ids[#ids + 1] = id
         taken[#taken + 1] = id
+        note_place(score)
       end
     end
     if #taken > 0 then call_for_all('ZREM', pending, taken) end
@@ -302,6 +361,7 @@ local function take_plain(want)
       if not parked_unknown(task_of(bodies[k]), tonumber(chunk[2 * k]), id) then
         ids[#ids + 1] = id
         taken[#taken + 1] = id
+        note_place(chunk[2 * k])
       end
     end
     if #taken > 0 then call_for_all('ZREM', pending, taken) end
@@ -314,12 +374,18 @@ end
 local function admit(task, id, count)
   local queue_limited = type(fc.limits['*']) == 'table'
   local limited = type(fc.limits[task]) == 'table'
+  local partitioned = nil
+  if type(fc.limits[task .. '\2']) == 'table' or fc.partition_holds then
+    partitioned = partition_scope(task, redis.call('HGET', msg, id))
+  end
   if limited and room(task) < 1 then return 'wait' end
-  if limited and count >= start_now then
+  if partitioned and room(partitioned) < 1 then return 'wait' end
+  if (limited or partitioned) and count >= start_now then
     fc.thread_bound = true
     return 'stop'
   end
   if limited then take(task, id) end
+  if partitioned then take(partitioned, id) end
   if queue_limited then take('*', id) end
   return 'take'
 end
@@ -354,6 +420,7 @@ local function take_parked(want, under_limits)
             redis.call('ZREM', wk.p.parked, entry)
             redis.call('ZREM', pending, id)
             ids[#ids + 1] = id
+            note_place(score)
             took = true
             if refusers then
               wk.notes.refused_by[id] = refusers
@@ -387,7 +454,8 @@ local function read_holds()
     local task, held_until = raw[i], tonumber(raw[i + 1])
     if held_until and held_until > now then
       fc.hold_until[task] = held_until
-      if type(fc.limits[task]) ~= 'table' then fc.limits[task] = {} end
+      if not limit_of(task) then fc.limits[task] = {} end
+      if string.find(task, '\2', 1, true) then fc.partition_holds = true end
     else
       ended[#ended + 1] = task
     end
@@ -430,7 +498,10 @@ if not limited then
     for _, id in ipairs(take_plain(limit - #ids)) do ids[#ids + 1] = id end
   elseif #ids < limit then
     local popped = redis.call('ZPOPMIN', pending, limit - #ids)
-    for i = 1, #popped, 2 do ids[#ids + 1] = popped[i] end
+    for i = 1, #popped, 2 do
+      ids[#ids + 1] = popped[i]
+      note_place(popped[i + 1])
+    end
   end
 else
   local wrong = check_flow_keys()
@@ -454,6 +525,8 @@ else
   end
   if fc.thread_bound and claimable_count(pending) == 0 then fc.thread_bound = false end
 end
+
+advance_vclock()
 
 local reply = {}
 if #ids > 0 then

@@ -14,7 +14,9 @@
 -- KEYS[10] -> rtq:{<queue>}:paused
 -- KEYS[11] -> rtq:{<queue>}:runs
 -- KEYS[12] -> rtq:{<queue>}:holds
--- KEYS[13..] -> rtq:{<queue>}:unique:<key>, one per task that has a unique key, and
+-- KEYS[13] -> rtq:{<queue>}:lanes
+-- KEYS[14] -> rtq:{<queue>}:vclock
+-- KEYS[15..] -> rtq:{<queue>}:unique:<key>, one per task that has a unique key, and
 --              rtq:{<queue>}:debounce:<key>, one per debounced task
 -- ARGV[1] -> now (ms; 0 = the server's clock)
 -- ARGV[2] -> wake channel
@@ -28,7 +30,7 @@
 -- Returns: {0, ...} when written, followed by two items per debounced task merged into a waiting
 -- copy (add_debounced): its position i and that copy's id; {1, i} when task i's id exists;
 -- {2, i} when task i's lock is held.
-local q = enqueue_context(KEYS[11], KEYS[12])
+local q = enqueue_context(KEYS[11], KEYS[12], KEYS[13], KEYS[14])
 local FIRST, FIELDS = 5, 6
 
 local seen, locked = {}, {}

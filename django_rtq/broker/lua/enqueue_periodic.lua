@@ -17,7 +17,9 @@
 -- KEYS[11] -> rtq:{<queue>}:periodic
 -- KEYS[12] -> rtq:{<queue>}:runs
 -- KEYS[13] -> rtq:{<queue>}:holds
--- KEYS[14..] -> rtq:{<queue>}:unique:<key>, when the task has a unique key
+-- KEYS[14] -> rtq:{<queue>}:lanes
+-- KEYS[15] -> rtq:{<queue>}:vclock
+-- KEYS[16..] -> rtq:{<queue>}:unique:<key>, when the task has a unique key
 -- ARGV[1] -> now (ms; 0 = the server's clock)
 -- ARGV[2] -> wake channel
 -- ARGV[3] -> hand-off channel prefix: a worker's channel is this followed by its id ("" = hand
@@ -32,9 +34,9 @@
 --
 -- Returns: 0 when the tick was already dealt with; 1 when enqueued; 2 when armed (first
 -- sight of the schedule); 3 when the task id exists; 4 when the uniqueness lock is held.
-local q = enqueue_context(KEYS[12], KEYS[13])
+local q = enqueue_context(KEYS[12], KEYS[13], KEYS[14], KEYS[15])
 local periodic = KEYS[11]
-local lock = KEYS[14]
+local lock = KEYS[16]
 local name, tick, id, body = ARGV[5], tonumber(ARGV[6]), ARGV[7], ARGV[8]
 local priority, lock_ttl = tonumber(ARGV[9]), tonumber(ARGV[10])
 

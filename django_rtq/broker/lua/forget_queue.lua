@@ -41,6 +41,8 @@
 -- KEYS[34] -> rtq:{<queue>}:progress
 -- KEYS[35] -> rtq:{<queue>}:began
 -- KEYS[36] -> rtq:{<queue>}:holds
+-- KEYS[37] -> rtq:{<queue>}:lanes
+-- KEYS[38] -> rtq:{<queue>}:vclock
 -- ARGV[1] -> now (ms; 0 = the server's clock)
 -- ARGV[2] -> grace (ms): how long it must have been unused to be forgotten; negative: only tell
 -- ARGV[3] -> how long (ms) an applied command is remembered (APPLIED_TTL_MS)

@@ -14,7 +14,9 @@
 -- KEYS[4] -> rtq:{<queue>}:seq
 -- KEYS[5] -> rtq:{<queue>}:msg
 -- KEYS[6] -> rtq:{<queue>}:info
--- KEYS[7..] -> the sorted sets of the allowed states, in ARGV's order
+-- KEYS[7] -> rtq:{<queue>}:lanes
+-- KEYS[8] -> rtq:{<queue>}:vclock
+-- KEYS[9..] -> the sorted sets of the allowed states, in ARGV's order
 -- ARGV[1] -> wake channel
 -- ARGV[2] -> task name to run only ("" for any)
 -- ARGV[3] -> error class to run only, as the info's error_type ("" for any)
@@ -26,7 +28,9 @@
 -- Returns: the number of tasks moved.
 local state, priority, pending, seq, msg, info = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local channel, only_task, only_error, before_edit, edited = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local sources, first_id = action_sources(6, 7)
+local sources, first_id = action_sources(6, 9)
+-- A task with a partition goes to its partition's turn (push_pending).
+local f = {pending = pending, seq = seq, msg = msg, lanes = KEYS[7], vclock = KEYS[8]}
 
 local function decoded_field(raw, name)
   if not raw then return nil end
@@ -50,9 +54,12 @@ for i = first_id, #ARGV do
   local source = sources[redis.call('HGET', state, id) or '']
   local message = source and redis.call('HGET', msg, id)
   if source and not is_workflow(message) and wanted(id, message) then
-    if edited ~= '' then redis.call('HSET', msg, id, edited) end
+    if edited ~= '' then
+      message = edited
+      redis.call('HSET', msg, id, edited)
+    end
     redis.call('ZREM', source, id)
-    push_pending(pending, seq, priority, state, id, false)
+    push_pending(pending, seq, priority, state, id, false, nil, f, message)
     moved = moved + 1
   end
 end

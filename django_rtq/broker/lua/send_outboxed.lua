@@ -17,8 +17,10 @@
 -- KEYS[10] -> rtq:{<queue>}:paused
 -- KEYS[11] -> rtq:{<queue>}:runs
 -- KEYS[12] -> rtq:{<queue>}:holds
--- KEYS[13] -> rtq:{<queue>}:outboxed
--- KEYS[14..] -> rtq:{<queue>}:unique:<key>, one per task that has a unique key, and
+-- KEYS[13] -> rtq:{<queue>}:lanes
+-- KEYS[14] -> rtq:{<queue>}:vclock
+-- KEYS[15] -> rtq:{<queue>}:outboxed
+-- KEYS[16..] -> rtq:{<queue>}:unique:<key>, one per task that has a unique key, and
 --              rtq:{<queue>}:debounce:<key>, one per debounced task
 -- ARGV[1] -> now (ms; 0 = the server's clock)
 -- ARGV[2] -> wake channel
@@ -29,8 +31,8 @@
 -- Returns one code per task: 0 written (a debounced task: added, or merged into the copy that
 -- waits, as enqueue.lua does); 1 sent before (its id exists, or is in `outboxed`);
 -- 2 dropped (its uniqueness lock is held).
-local q = enqueue_context(KEYS[11], KEYS[12])
-local outboxed = KEYS[13]
+local q = enqueue_context(KEYS[11], KEYS[12], KEYS[13], KEYS[14])
+local outboxed = KEYS[15]
 local FIRST, FIELDS = 5, 6
 local kind = redis.call('TYPE', outboxed)['ok']
 if kind ~= 'zset' and kind ~= 'none' then

@@ -413,7 +413,9 @@ class Fetcher:
             try:
                 job = self._job(claimed)
                 job.claimed_at = claimed_at
-                if job.task_type.name not in limits.types and job.task_type.limit is not None:
+                if (job.task_type.name not in limits.types and job.task_type.limit is not None) or (
+                    job.task_type.name not in limits.partitions and job.task_type.partition_limits is not None
+                ):
                     unlimited.append(job)
                     continue
                 jobs.append(job)
