@@ -7,10 +7,14 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 
+from django_rtq import task
 from django_rtq.broker import Broker, TaskState, manual
 from django_rtq.broker.limits import FlowLimits, Limit, PartitionLimits, partition_scope
-from tests.support.factories import EMAILS, WORKER, done, enqueue
+from django_rtq.exceptions import InvalidTask
+from django_rtq.registry import TaskType
+from tests.support.factories import EMAILS, WORKER, done, enqueue, forget
 
 SYNC = "crm.tasks.sync"
 OTHER = "crm.tasks.other"
@@ -111,18 +115,15 @@ def test_a_delayed_task_and_a_retry_take_their_partition_turn_when_due(any_broke
 
 
 def test_a_task_run_again_by_hand_takes_its_partition_turn(any_broker):
+    again = add(any_broker, 1, "again")
+    assert claim(any_broker, 1) == again
+    any_broker.fail(EMAILS, again[0], to=TaskState.ARCHIVED, worker_id=WORKER, run="1", info={"error": "x"})
     big = add(any_broker, 50, "big")
-    archived = add(any_broker, 1, "again")
-    claimed = claim(any_broker, 60)
-    assert archived[0] in claimed
-    manual.archive(any_broker, EMAILS, [big[0]])  # (active: not archived by hand)
-    any_broker.fail(EMAILS, archived[0], to=TaskState.ARCHIVED, worker_id=WORKER, run="1", info={"error": "x"})
-    for task_id in big[:10]:
-        any_broker.complete(EMAILS, [done(task_id)], worker_id=WORKER)
-    more = add(any_broker, 50, "big")
-    assert claim(any_broker, 2) == more[:2]
-    assert manual.run_now(any_broker, EMAILS, archived) == 1
-    assert archived[0] in claim(any_broker, 2)
+    assert claim(any_broker, 2) == big[:2]
+
+    assert manual.run_now(any_broker, EMAILS, again) == 1
+
+    assert again[0] in claim(any_broker, 2)  # not behind the 48 left of "big"
 
 
 def test_each_partition_is_held_to_its_concurrency_limit(any_broker):
@@ -166,3 +167,105 @@ def test_tasks_without_a_partition_are_not_held_by_partition_limits(any_broker):
     use(any_broker, each=Limit(max_concurrency=1))
     plain = add(any_broker, 5, None)
     assert sorted(claim(any_broker, 10)) == sorted(plain)
+
+
+# The options: how a call's partition is found, and what is refused
+
+
+@pytest.fixture
+def define():
+    """Register task types for one test (forgotten after it): define(name, func, **options)."""
+    names = []
+
+    def register(name, func, **options):
+        names.append(name)
+        return task(name=name, **options)(func)
+
+    yield register
+    for name in names:
+        forget(name)
+
+
+def sync_customer(customer_id, full=False):
+    return customer_id
+
+
+def test_partition_by_names_the_argument_whose_value_is_the_partition(define):
+    sync = define("tests.partitions.sync", sync_customer, partition_by="customer_id")
+
+    assert sync.prepare(42).partition == "42"
+    assert sync.prepare(customer_id="acme").partition == "acme"
+    assert sync.prepare(None).partition is None  # no partition: the lane of the others
+    assert sync.using(partition="override").prepare(42).partition == "override"
+
+
+def test_partition_by_may_be_a_function_of_the_arguments(define):
+    sync = define(
+        "tests.partitions.sync_by_function",
+        sync_customer,
+        partition_by=lambda customer_id, **_: f"tenant-{customer_id}",
+    )
+    message = sync.prepare(7, full=True)
+    assert (message.partition, message.version()) == ("tenant-7", 4)
+    assert (
+        sync.prepare(7)
+        .to_json()
+        .startswith('{"task":"tests.partitions.sync_by_function","v":4,"partition":"tenant-7",')
+    )
+
+
+def test_a_named_partition_gets_its_weight_in_the_message(define):
+    sync = define(
+        "tests.partitions.weighted",
+        sync_customer,
+        partition_by="customer_id",
+        partition_max_concurrency=2,
+        partition_limits={"premium": {"max_concurrency": 6, "weight": 3}},
+    )
+    assert (sync.prepare("premium").partition_weight, sync.prepare("basic").partition_weight) == (3, 1)
+    assert sync.partition_limits == PartitionLimits(
+        each=Limit(max_concurrency=2), named={"premium": Limit(max_concurrency=6)}
+    )
+
+
+def test_a_message_without_a_partition_keeps_its_older_format(define):
+    sync = define("tests.partitions.plain", sync_customer, partition_by="customer_id")
+    assert sync.prepare(None).version() == 1
+
+
+@pytest.mark.parametrize(
+    "value", ["", "x" * 201, "tab\there", "new\nline", "\x02", True, 1.5, ["a"]], ids=repr
+)
+def test_a_partition_that_is_not_a_name_is_refused_at_enqueue(define, value):
+    sync = define(
+        f"tests.partitions.refused_{abs(hash(repr(value)))}", sync_customer, partition_by="customer_id"
+    )
+    with pytest.raises(InvalidTask, match="must be a partition name"):
+        sync.prepare(value)
+
+
+def test_partition_by_must_name_an_argument_of_the_handler():
+    with pytest.raises(ImproperlyConfigured, match="names no argument of the handler"):
+        task(name="tests.partitions.typo", partition_by="customer")(sync_customer)
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"partition_max_concurrency": 0}, "max_concurrency must be a positive whole number"),
+        ({"partition_rate_limit": "fast"}, "rate_limit must be a string like"),
+        ({"partition_limits": {"acme": {"concurrency": 2}}}, "must be a dict of some of"),
+        ({"partition_limits": {"acme": {"weight": 0}}}, "weight must be a whole number from 1 to 100"),
+        ({"partition_limits": {"": {"weight": 2}}}, "must be a partition name"),
+        ({"partition_limits": ["acme"]}, "must be a dict of partition -> limits"),
+    ],
+)
+def test_wrong_partition_limits_are_refused_at_registration(options, match):
+    with pytest.raises(ImproperlyConfigured, match=match):
+        task(name="tests.partitions.wrong", partition_by="customer_id", **options)(sync_customer)
+
+
+def test_a_call_cannot_change_the_partition_limits():
+    task_type = TaskType(func=sync_customer, name="tests.partitions.unregistered")
+    with pytest.raises(InvalidTask, match="Unknown option"):
+        task_type.using(partition_max_concurrency=3)
