@@ -217,6 +217,28 @@ def check_task_types_found(app_configs: Any = None, **kwargs: Any) -> list[check
 
 
 @checks.register(TAG)
+def check_partition_limits(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """W015: a task type with partition limits but no way to name its tasks' partitions
+    (`partition_by` or `partition`): only calls given `.using(partition=...)` are limited."""
+    from .registry import registered_tasks
+
+    return [
+        checks.Warning(
+            f"The task type {name!r} has partition limits, but its tasks get no partition unless "
+            "a call gives one with .using(partition=...).",
+            hint="Add partition_by='<argument>' (or a function of the arguments) to its @task "
+            "(docs/partitions.md).",
+            obj=name,
+            id="django_rtq.W015",
+        )
+        for name, task_type in registered_tasks().items()
+        if task_type.partition_limits is not None
+        and task_type.options.get("partition_by") is None
+        and task_type.options.get("partition") is None
+    ]
+
+
+@checks.register(TAG)
 def check_tasks_api_installed(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """E005: settings.TASKS uses django-rtq's backend, but neither django.tasks nor the backport
     can be imported (Django 5.2 without the `tasks-backport` extra)."""

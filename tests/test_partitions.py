@@ -67,12 +67,12 @@ def test_the_tasks_without_a_partition_are_one_more_lane(any_broker):
 def test_a_backlog_without_a_partition_does_not_hold_back_a_partition(any_broker):
     plain = add(any_broker, 100, None)
     assert claim(any_broker, 4) == plain[:4]
-    tenant = add(any_broker, 3, "acme")
+    tenant = add(any_broker, 3, "acme")  # the clock starts at the head of pending: turns 6, 7, 8
 
-    taken = claim(any_broker, 6)
+    taken = claim(any_broker, 7)
 
     assert set(tenant) <= set(taken)
-    assert [t for t in taken if t in plain] == plain[4:7]
+    assert [t for t in taken if t in plain] == plain[4:8]
 
 
 def test_a_weighted_partition_takes_that_many_turns_per_round(any_broker):
@@ -269,3 +269,29 @@ def test_a_call_cannot_change_the_partition_limits():
     task_type = TaskType(func=sync_customer, name="tests.partitions.unregistered")
     with pytest.raises(InvalidTask, match="Unknown option"):
         task_type.using(partition_max_concurrency=3)
+
+
+def test_a_workflows_children_take_their_partitions_turns(broker, inspector):
+    from django_rtq.workflows import group
+    from tests.testapp.wf_tasks import mark
+
+    children = [mark.s("big", n).using(partition="big") for n in range(6)]
+    children += [mark.s("small", n).using(partition="small") for n in range(2)]
+    workflow_id = group(children).enqueue()
+    ids = [f"{workflow_id}.{n}" for n in range(8)]
+
+    taken = [task.id for task in broker.claim("default", worker_id=WORKER, limit=4)]
+
+    assert set(ids[6:]) <= set(taken)  # the two of "small" before the last four of "big"
+    assert inspector.get_task(ids[6]).message.partition == "small"
+
+
+def test_check_warns_of_partition_limits_without_a_way_to_name_partitions(define):
+    from django.core import checks
+
+    define("tests.partitions.unnamed", sync_customer, partition_max_concurrency=2)
+    define("tests.partitions.named", sync_customer, partition_by="customer_id", partition_max_concurrency=2)
+
+    warned = [m.obj for m in checks.run_checks(tags=["django_rtq"]) if m.id == "django_rtq.W015"]
+
+    assert warned == ["tests.partitions.unnamed"]
