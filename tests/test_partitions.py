@@ -163,6 +163,26 @@ def test_each_partition_has_a_rate_limit_of_its_own(any_broker, clock):
     assert sorted(claim(any_broker, 10)) == sorted([a[1], b[1]])
 
 
+def test_many_partitions_at_their_limit_are_each_released_in_a_few_claims(any_broker):
+    use(any_broker, each=Limit(max_concurrency=1))
+    names = [f"tenant-{n:03}" for n in range(250)]
+    first = {name: add(any_broker, 2, name) for name in names}
+    started = claim(any_broker, 250)
+    assert sorted(started) == sorted(ids[0] for ids in first.values())
+    assert claim(any_broker, 250) == []  # the seconds held back, 250 scopes in `held`
+    assert any_broker.client.zcard(any_broker.queue(EMAILS).held) == 250
+    any_broker.complete(EMAILS, [done(task_id) for task_id in started], worker_id=WORKER)
+
+    # each claim looks at 100 held scopes at most, from one picked at random, and comes round
+    taken = claim(any_broker, 250)
+    assert 0 < len(taken) <= 100
+    for _ in range(20):
+        if len(taken) == 250:
+            break
+        taken += claim(any_broker, 250)
+    assert sorted(taken) == sorted(ids[1] for ids in first.values())
+
+
 def test_tasks_without_a_partition_are_not_held_by_partition_limits(any_broker):
     use(any_broker, each=Limit(max_concurrency=1))
     plain = add(any_broker, 5, None)

@@ -78,6 +78,8 @@ local limit, start_now, idle_for = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumbe
 local SCAN_LIMIT = 200
 -- Held tasks a claim moves back to pending (or finds gone), at most.
 local RELEASE_LIMIT = 1000
+-- Scopes holding tasks back (types, partitions) a claim looks at, at most.
+local SCOPE_VISITS = 100
 -- Parked kinds a claim tells the worker of at once, at most (it judges them, and claims again).
 local KINDS_LIMIT = 50
 -- Of a rate limit's accrual, how much (ms) a claim may come late without its start being lost:
@@ -253,36 +255,48 @@ local function hold(task, score, id)
   redis.call('ZADD', fc.held, 0, task .. '\0' .. string.format('%017.0f', score) .. '\0' .. id)
 end
 
--- Move held tasks back to their place in pending, for each type as many as its limits let start
--- now (all, up to `most`, for a type no longer limited). An entry whose task is not held any more
+-- Move held tasks back to their place in pending, for each scope as many as its limits let start
+-- now (all, up to `most`, for a scope no longer limited). An entry whose task is not held any more
 -- (deleted by hand, or settled late), or that is not an entry, is dropped. A claim that runs out
--- of budget asks to be followed by another at once (fc.wait = 0).
+-- of budget asks to be followed by another at once (fc.wait = 0). A type's partitions may hold
+-- thousands of scopes: a claim visits SCOPE_VISITS of them at most, in order from the scope of a
+-- held task picked at random and round to it again, so that each scope has its turn.
 local function release_held(most)
-  local from, budget = '-', RELEASE_LIMIT
-  while budget > 0 do
-    local head = redis.call('ZRANGEBYLEX', fc.held, from, '+', 'LIMIT', 0, 1)[1]
-    if not head then break end
-    local scope = string.match(head, '^(.-)%z%d+%z.')
-    if not scope then
-      redis.call('ZREM', fc.held, head)
-      budget = budget - 1
-    else
-      local wanted, released = math.min(room(scope), most), 0
-      while released < wanted and budget > 0 do
-        local entries = redis.call('ZRANGEBYLEX', fc.held, '[' .. scope .. '\0', '(' .. scope .. '\1',
-          'LIMIT', 0, math.min(wanted - released, budget))
-        if #entries == 0 then break end
-        for _, entry in ipairs(entries) do
-          budget = budget - 1
-          redis.call('ZREM', fc.held, entry)
-          local score, id = string.match(string.sub(entry, #scope + 2), '^(%d+)%z(.+)$')
-          if score and tonumber(redis.call('ZSCORE', pending, id)) == HELD_BASE + tonumber(score) then
-            redis.call('ZADD', pending, score, id)
-            released = released + 1
+  local budget, visits = RELEASE_LIMIT, 0
+  local picked = redis.call('ZRANDMEMBER', fc.held)
+  if not picked then return end
+  local first = string.match(picked, '^(.-)%z') or ''
+  -- the scopes from the first picked to the end of the index, then from its start to that one
+  local laps = {{'[' .. first, '+'}, {'-', '(' .. first}}
+  if first == '' then laps = {{'-', '+'}} end
+  for _, lap in ipairs(laps) do
+    local from, upto = lap[1], lap[2]
+    while budget > 0 and visits < SCOPE_VISITS do
+      local head = redis.call('ZRANGEBYLEX', fc.held, from, upto, 'LIMIT', 0, 1)[1]
+      if not head then break end
+      local scope = string.match(head, '^(.-)%z%d+%z.')
+      if not scope then
+        redis.call('ZREM', fc.held, head)
+        budget = budget - 1
+      else
+        visits = visits + 1
+        local wanted, released = math.min(room(scope), most), 0
+        while released < wanted and budget > 0 do
+          local entries = redis.call('ZRANGEBYLEX', fc.held, '[' .. scope .. '\0', '(' .. scope .. '\1',
+            'LIMIT', 0, math.min(wanted - released, budget))
+          if #entries == 0 then break end
+          for _, entry in ipairs(entries) do
+            budget = budget - 1
+            redis.call('ZREM', fc.held, entry)
+            local score, id = string.match(string.sub(entry, #scope + 2), '^(%d+)%z(.+)$')
+            if score and tonumber(redis.call('ZSCORE', pending, id)) == HELD_BASE + tonumber(score) then
+              redis.call('ZADD', pending, score, id)
+              released = released + 1
+            end
           end
         end
+        from = '[' .. scope .. '\1'
       end
-      from = '[' .. scope .. '\1'
     end
   end
   if budget <= 0 then fc.wait = 0 end
