@@ -46,7 +46,7 @@ WAYS = (
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tasks", type=int, default=20_000, help="tasks enqueued and claimed each round and way")
+    parser.add_argument("--tasks", type=int, default=20_000, help="tasks per round and way")
     parser.add_argument("--batch", type=int, default=40, help="tasks a claim takes at most")
     parser.add_argument("--rounds", type=int, default=7, help="rounds; the medians are printed")
     parser.add_argument("--before", default=None, help="the git revision to compare the scripts with")
@@ -56,7 +56,9 @@ def parse_args() -> argparse.Namespace:
 
 def revision_before_partitions() -> str:
     """The parent of the first commit whose message module knew `partition_weight`."""
-    added = git("log", "--reverse", "--format=%H", "-S", "partition_weight", "--", "django_rtq/broker/message.py")
+    added = git(
+        "log", "--reverse", "--format=%H", "-S", "partition_weight", "--", "django_rtq/broker/message.py"
+    )
     return added.split()[0] + "^"
 
 
