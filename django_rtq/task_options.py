@@ -127,7 +127,9 @@ def partition_limits(options: dict[str, Any], task_name: str) -> PartitionLimits
     try:
         each = make_limit(**each_options, where=f"{where} (partition_...)")
         if not isinstance(named_options, dict):
-            raise ValueError(f"{where}: partition_limits must be a dict of partition -> limits, not {named_options!r}.")
+            raise ValueError(
+                f"{where}: partition_limits must be a dict of partition -> limits, not {named_options!r}."
+            )
         named = {}
         for partition, spec in named_options.items():
             check_partition_name(partition, f"{where}: partition_limits key")

@@ -71,6 +71,19 @@ def test_a_backlog_without_a_partition_does_not_hold_back_a_partition(any_broker
     assert [t for t in taken if t in plain] == plain[4:7]
 
 
+def test_a_partition_starts_at_the_place_claims_reached_whatever_its_ids(any_broker):
+    # Tasks at the same place in pending go by id: the partition's ids sort after the plain
+    # tasks', so a first turn one place past the head of pending would leave its last task out.
+    plain = [add(any_broker, 1, None, id=f"a-{n:03}")[0] for n in range(100)]
+    assert claim(any_broker, 4) == plain[:4]
+    tenant = [add(any_broker, 1, "acme", id=f"z-{n}")[0] for n in range(3)]
+
+    taken = claim(any_broker, 6)
+
+    assert set(tenant) <= set(taken)
+    assert [t for t in taken if t in plain] == plain[4:7]
+
+
 def test_a_weighted_partition_takes_that_many_turns_per_round(any_broker):
     light = add(any_broker, 40, "light")
     heavy = add(any_broker, 40, "heavy", partition_weight=3)
@@ -116,7 +129,9 @@ def test_a_task_run_again_by_hand_takes_its_partition_turn(any_broker):
     claimed = claim(any_broker, 60)
     assert archived[0] in claimed
     manual.archive(any_broker, EMAILS, [big[0]])  # (active: not archived by hand)
-    any_broker.fail(EMAILS, archived[0], to=TaskState.ARCHIVED, worker_id=WORKER, run="1", info={"error": "x"})
+    any_broker.fail(
+        EMAILS, archived[0], to=TaskState.ARCHIVED, worker_id=WORKER, run="1", info={"error": "x"}
+    )
     for task_id in big[:10]:
         any_broker.complete(EMAILS, [done(task_id)], worker_id=WORKER)
     more = add(any_broker, 50, "big")

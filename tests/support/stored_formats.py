@@ -248,7 +248,9 @@ def _partitioned(b: Builder) -> dict[str, Any]:
     """Pending tasks of two partitions, one of them weighted, in their partitions' turns (the
     queue's lanes and virtual clock): format 4."""
     stored_shape = _stored_shape()
-    weighted = replace(stored_shape, options={**stored_shape.options, "partition_limits": {"acme": {"weight": 2}}})
+    weighted = replace(
+        stored_shape, options={**stored_shape.options, "partition_limits": {"acme": {"weight": 2}}}
+    )
     weighted.using(task_id="msg-partitioned", partition="acme").enqueue("partitioned")
     stored_shape.using(task_id="msg-partitioned-plain", partition="globex").enqueue("partitioned-plain")
     return {

@@ -61,8 +61,9 @@ local function partition_of(body)
   return name, math.max(1, math.min(100, math.floor(tonumber(weight) or 1)))
 end
 
--- The queue's virtual clock, started (the first partitioned task of the queue) at the place of
--- the head of pending, or else at `seq`: the partition joins the queue where its claims are.
+-- The queue's virtual clock, started (the first partitioned task of the queue) just before the
+-- place of the head of pending (the clock is a place claims took, and the head's is not yet), or
+-- else at `seq`: the partition joins the queue where its claims are.
 local function vclock_of(f)
   local clock = tonumber(redis.call('GET', f.vclock))
   if clock then return clock end
@@ -70,7 +71,7 @@ local function vclock_of(f)
   local head = redis.call('ZRANGE', f.pending, 0, 0, 'WITHSCORES')
   if head[2] and tonumber(head[2]) < HELD_BASE then
     local place = tonumber(head[2]) % PRIORITY_BAND
-    if place > 0 then clock = place end
+    if place > 0 then clock = place - 1 end
   end
   clock = clock or tonumber(redis.call('GET', f.seq)) or 0
   redis.call('SET', f.vclock, clock)
