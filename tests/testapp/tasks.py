@@ -396,6 +396,12 @@ def two_at_once_per_customer(name, customer, seconds=0.2):
     run_recorded(name, seconds)
 
 
+@task(partition_by="customer", partition_limits={"gold": {"weight": 3}})
+def weighted_by_customer(name, customer, seconds=0.01):
+    """Partitioned, the partition "gold" taking three turns to another's one."""
+    run_recorded(name, seconds)
+
+
 @task(
     partition_by="customer",
     partition_max_concurrency=1,
