@@ -84,6 +84,19 @@ def test_a_partition_starts_at_the_place_claims_reached_whatever_its_ids(any_bro
     assert [t for t in taken if t in plain] == plain[4:7]
 
 
+def test_a_partition_starts_at_the_place_claims_reached_behind_tasks_given_back(any_broker):
+    # A worker that stops gives its claimed tasks back to the front of pending (place 0), as a
+    # deploy that brings the first partitioned type does: the clock still starts where claims are.
+    plain = add(any_broker, 100, None)
+    assert claim(any_broker, 4) == plain[:4]
+    assert any_broker.requeue(EMAILS, plain[:2], worker_id=WORKER) == 2
+    tenant = add(any_broker, 3, "acme")
+
+    taken = claim(any_broker, 8)
+
+    assert set(taken) == set(plain[:2]) | set(tenant) | set(plain[4:7])
+
+
 def test_a_weighted_partition_takes_that_many_turns_per_round(any_broker):
     light = add(any_broker, 40, "light")
     heavy = add(any_broker, 40, "heavy", partition_weight=3)
