@@ -95,3 +95,34 @@ def _by_key(key: str, value: int) -> str:
 def debounced_record(key: str, value: int) -> None:
     """Push "<key> <value>" onto the run's runs list: one per run of a debounced burst."""
     get_broker().client.rpush(runs_key(), f"{key} {value}")
+
+
+# Fair partitions (bench/partitions.py): a handler that waits on I/O (a sleep) for `seconds`, its
+# call's partition being `customer` (None: no partition); a run with `report` pushes
+# "<customer> <time.time()>" as it ends. Without limits, its type adds nothing to a claim.
+
+
+def fair_key() -> str:
+    """The Redis list `fair_sleep` reports on, under the run's key prefix."""
+    return f"{get_settings().KEY_PREFIX}:bench:fair"
+
+
+@task(partition_by="customer")
+def fair_sleep(customer: str | None, seconds: float, report: bool = False) -> None:
+    time.sleep(seconds)
+    if report:
+        get_broker().client.rpush(fair_key(), f"{customer} {time.time()!r}")
+
+
+# `RTQ_BENCH_PARTITIONED_TYPE=1`: the project has a type with partition limits that the bench
+# never enqueues, so that every claim carries them and reads each task's type; measures what that
+# costs the tasks without partitions (bench/partitions.py).
+if os.environ.get("RTQ_BENCH_PARTITIONED_TYPE") == "1":
+
+    @task(
+        partition_by="customer",
+        partition_max_concurrency=2,
+        partition_limits={"premium": {"max_concurrency": 5}},
+    )
+    def partitioned_limited(customer: str) -> None:
+        """Never enqueued by the benchmarks."""

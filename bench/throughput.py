@@ -215,8 +215,11 @@ def stop_worker(worker: subprocess.Popen) -> int | None:
     return worker.returncode
 
 
-def bench_drain(n: int, concurrency: int, broker, ops, workers: list, *, mirror: bool) -> float:
-    """Drain n tasks with a fresh worker process; print and return the rate (tasks/s)."""
+def bench_drain(
+    n: int, concurrency: int, broker, ops, workers: list, *, mirror: bool, note: str = ""
+) -> float:
+    """Drain n tasks with a fresh worker process; print and return the rate (tasks/s). `note`
+    ends the printed line (what else the run sets up)."""
     from bench.tasks import noop
     from django_rtq import enqueue_many
     from django_rtq.broker.broker import utc_day
@@ -265,7 +268,7 @@ def bench_drain(n: int, concurrency: int, broker, ops, workers: list, *, mirror:
     elapsed = time.perf_counter() - start
     print(
         f"drain, mirror {'on' if mirror else 'off'}: {n} tasks in {elapsed:.2f} s = {rate(n, elapsed)} "
-        f"tasks/s (1 worker process, concurrency {concurrency})",
+        f"tasks/s (1 worker process, concurrency {concurrency}{note})",
         flush=True,
     )
     if mirror:

@@ -75,6 +75,32 @@ def test_a_backlog_without_a_partition_does_not_hold_back_a_partition(any_broker
     assert [t for t in taken if t in plain] == plain[4:8]
 
 
+def test_a_partition_starts_at_the_place_claims_reached_whatever_its_ids(any_broker):
+    # Tasks at the same place in pending go by id: the partition's ids sort after the plain
+    # tasks', so a first turn one place past the head of pending would leave its last task out.
+    plain = [add(any_broker, 1, None, id=f"a-{n:03}")[0] for n in range(100)]
+    assert claim(any_broker, 4) == plain[:4]
+    tenant = [add(any_broker, 1, "acme", id=f"z-{n}")[0] for n in range(3)]
+
+    taken = claim(any_broker, 6)
+
+    assert set(tenant) <= set(taken)
+    assert [t for t in taken if t in plain] == plain[4:7]
+
+
+def test_a_partition_starts_at_the_place_claims_reached_behind_tasks_given_back(any_broker):
+    # A worker that stops gives its claimed tasks back to the front of pending (place 0), as a
+    # deploy that brings the first partitioned type does: the clock still starts where claims are.
+    plain = add(any_broker, 100, None)
+    assert claim(any_broker, 4) == plain[:4]
+    assert any_broker.requeue(EMAILS, plain[:2], worker_id=WORKER) == 2
+    tenant = add(any_broker, 3, "acme")
+
+    taken = claim(any_broker, 8)
+
+    assert set(taken) == set(plain[:2]) | set(tenant) | set(plain[4:7])
+
+
 def test_a_weighted_partition_takes_that_many_turns_per_round(any_broker):
     light = add(any_broker, 40, "light")
     heavy = add(any_broker, 40, "heavy", partition_weight=3)

@@ -381,6 +381,37 @@ def flow_per_deploy(name, seconds=0.2):
     run_recorded(name, seconds)
 
 
+# Fair partitions with real worker processes (tests/test_partition_workers.py): each call's
+# partition is its `customer`; the runs record their start and end as the flow-control ones do.
+
+
+@task(partition_by="customer")
+def fair_by_customer(name, customer, seconds=0.01):
+    """Partitioned, without limits: only the turns of its partitions in pending."""
+    run_recorded(name, seconds)
+
+
+@task(partition_by="customer", partition_max_concurrency=2)
+def two_at_once_per_customer(name, customer, seconds=0.2):
+    run_recorded(name, seconds)
+
+
+@task(partition_by="customer", partition_limits={"gold": {"weight": 3}})
+def weighted_by_customer(name, customer, seconds=0.01):
+    """Partitioned, the partition "gold" taking three turns to another's one."""
+    run_recorded(name, seconds)
+
+
+@task(
+    partition_by="customer",
+    partition_max_concurrency=1,
+    partition_limits={"premium": {"max_concurrency": 4}},
+)
+def one_at_once_per_customer_but_premium(name, customer, seconds=0.2):
+    """One run at once per customer, but four for the partition "premium"."""
+    run_recorded(name, seconds)
+
+
 # The workflow tests' task types, imported at start-up with this module, so that a worker process
 # knows them. Not dtasks: its Django tasks need the suite's TASKS backend (the chaos suite's
 # failover settings have another), and a worker learns their limits as their first tasks come

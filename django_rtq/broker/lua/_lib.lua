@@ -61,16 +61,26 @@ local function partition_of(body)
   return name, math.max(1, math.min(100, math.floor(tonumber(weight) or 1)))
 end
 
--- The queue's virtual clock, started (the first partitioned task of the queue) at the place of
--- the head of pending, or else at `seq`: the partition joins the queue where its claims are.
+-- How many tasks at the head of pending vclock_of looks past for one with a place: those given
+-- back to the front (place 0) by a stopping worker or a recovery.
+local VCLOCK_HEAD_SCAN = 1000
+
+-- The queue's virtual clock, started (the first partitioned task of the queue) just before the
+-- place of the first task at the head of pending that has one (the clock is a place claims took,
+-- and that one's is not yet), or else at `seq`: the partition joins the queue where its claims are.
 local function vclock_of(f)
   local clock = tonumber(redis.call('GET', f.vclock))
   if clock then return clock end
   clock = nil
-  local head = redis.call('ZRANGE', f.pending, 0, 0, 'WITHSCORES')
-  if head[2] and tonumber(head[2]) < HELD_BASE then
-    local place = tonumber(head[2]) % PRIORITY_BAND
-    if place > 0 then clock = place end
+  local head = redis.call(
+    'ZRANGEBYSCORE', f.pending, '-inf', '(' .. HELD_BASE_TEXT, 'WITHSCORES', 'LIMIT', 0, VCLOCK_HEAD_SCAN
+  )
+  for i = 2, #head, 2 do
+    local place = tonumber(head[i]) % PRIORITY_BAND
+    if place > 0 then
+      clock = place - 1
+      break
+    end
   end
   clock = clock or tonumber(redis.call('GET', f.seq)) or 0
   redis.call('SET', f.vclock, clock)
