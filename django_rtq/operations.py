@@ -28,7 +28,7 @@ from django.utils import timezone
 from .broker import Broker, TaskMessage, bulk, forgetting, manual, workflow
 from .broker.bulk import PURGE_STATES, BulkJob
 from .broker.inspect import NAME_SEARCH_SCAN, Inspector, LimitUse, QueueStats, TaskInfo
-from .broker.limits import QUEUE_SCOPE
+from .broker.limits import QUEUE_SCOPE, partition_scope
 from .broker.snoozing import held_types
 from .broker.states import EDIT_STATES, Action, TaskState, allows, skip_reason
 from .broker.timings import Histogram
@@ -218,8 +218,9 @@ class Operations:
 
     def flow_control(self, queue: str) -> list[LimitUse]:
         """A queue's flow-control limits with their use now (see `Inspector.limit_use`): its own
-        limit, those of the task types whose queue it is, and any other scope in use in it (a
-        type enqueued there with `.using(queue=...)`, a previous deploy's limit still draining)."""
+        limit, those of the task types whose queue it is (their partitions' included), and any
+        other scope in use in it (a type enqueued there with `.using(queue=...)`, a partition with
+        tasks running or held, a previous deploy's limit still draining)."""
         self.require(VIEW_LIVE)
         default = get_settings().DEFAULT_QUEUE
         types = registered_tasks()
@@ -229,7 +230,7 @@ class Operations:
             if use.limit is None
             or use.in_use
             or use.scope == QUEUE_SCOPE
-            or (use.scope in types and (types[use.scope].options.get("queue") or default) == queue)
+            or (use.task in types and (types[use.task].options.get("queue") or default) == queue)
         ]
 
     def all_flow_control(self) -> dict[str, list[LimitUse]]:
@@ -250,11 +251,23 @@ class Operations:
                 uses[task.queue] = {use.scope: use for use in self._limit_use(task.queue)}
                 holds[task.queue] = held_types(self.broker, task.queue)
             name = task.message.task if task.message else ""
-            until_ms = holds[task.queue].get(name, 0)
-            if until_ms > self.broker.now_ms():
-                reasons[task.id] = snooze_hold_reason(name, (until_ms - self.broker.now_ms()) / 1000)
+            partition = task.message.partition if task.message else None
+            scope = partition_scope(name, partition) if partition is not None else None
+            now_ms, held_until = self.broker.now_ms(), holds[task.queue]
+            type_use, partition_use = uses[task.queue].get(name), uses[task.queue].get(scope or "")
+            if held_until.get(name, 0) > now_ms:
+                reasons[task.id] = snooze_hold_reason(name, (held_until[name] - now_ms) / 1000)
+            elif scope and held_until.get(scope, 0) > now_ms:
+                seconds = (held_until[scope] - now_ms) / 1000
+                reasons[task.id] = snooze_hold_reason(name, seconds, partition=partition)
+            elif (
+                partition_use
+                and partition_use.limit
+                and not (type_use and at_limit(type_use) and not at_limit(partition_use))
+            ):  # its partition's limits, unless only its type's hold it back now
+                reasons[task.id] = held_reason(name, partition_use, partition=partition)
             else:
-                reasons[task.id] = held_reason(name, uses[task.queue].get(name))
+                reasons[task.id] = held_reason(name, type_use)
         return reasons
 
     def held_reason(self, task: TaskInfo) -> str | None:
@@ -612,19 +625,37 @@ class Operations:
         return task_type.using(**options).enqueue(*args, **kwargs)
 
 
-def snooze_hold_reason(task: str, seconds_left: float) -> str:
-    """Why a task of type `task` is held back while a snooze holds its type (docs/snooze.md)."""
+def snooze_hold_reason(task: str, seconds_left: float, *, partition: str | None = None) -> str:
+    """Why a task of type `task` is held back while a snooze holds its type, or its partition
+    (docs/snooze.md)."""
+    if partition is not None:
+        return (
+            f"Held back for {format_duration(seconds_left)} more: a task of its partition "
+            f"{partition} of {task} snoozed holding its partition (Snooze(hold_partition=True)), and "
+            "none of the partition starts in the queue before then."
+        )
     return (
         f"Held back for {format_duration(seconds_left)} more: a task of its type {task} snoozed "
         "holding its type (Snooze(hold_type=True)), and none of the type starts in the queue before then."
     )
 
 
-def held_reason(task: str, use: LimitUse | None) -> str:
-    """Why a task of type `task` is held back, from its type's limit and use in its queue."""
+def at_limit(use: LimitUse) -> bool:
+    """Whether a scope's limits allow no start now: all its slots taken, or its bucket empty."""
+    limit = use.limit
+    if limit is None:
+        return False
+    full = limit.max_concurrency is not None and use.running >= limit.max_concurrency
+    return full or (use.next_start_in or 0.0) > 0
+
+
+def held_reason(task: str, use: LimitUse | None, *, partition: str | None = None) -> str:
+    """Why a task of type `task` is held back, from its type's limit and use in its queue, or
+    those of its partition."""
+    whose = f"its partition {partition} of {task}" if partition is not None else f"its type {task}"
     if use is None or use.limit is None:
         return (
-            f"Held back by a limit its type {task} no longer has (the limits changed since): "
+            f"Held back by a limit {whose} no longer has (the limits changed since): "
             "the next claim from the queue lets it run."
         )
     limit, now = use.limit, []
@@ -633,11 +664,13 @@ def held_reason(task: str, use: LimitUse | None) -> str:
     wait = use.next_start_in or 0.0
     if wait > 0:
         now.append(f"next start allowed in {format_duration(wait)}")
-    now.append(f"{plural(use.held, 'task')} of its type held back")
-    full = limit.max_concurrency is not None and use.running >= limit.max_concurrency
-    at_limit = full or wait > 0
-    then = "" if at_limit else " Its limits allow a start now: the next claim from the queue lets it run."
-    return f"Held back by the limits of its type {task} ({limit.describe()}): {', '.join(now)}.{then}"
+    now.append(
+        f"{plural(use.held, 'task')} of {'its partition' if partition is not None else 'its type'} held back"
+    )
+    then = (
+        "" if at_limit(use) else " Its limits allow a start now: the next claim from the queue lets it run."
+    )
+    return f"Held back by the limits of {whose} ({limit.describe()}): {', '.join(now)}.{then}"
 
 
 def _by_queue(refs: Sequence[TaskRef]) -> dict[str, list[str]]:

@@ -19,7 +19,15 @@ from .attempt import AttemptInfo
 from .broker import Broker, utc_day
 from .claims import PARKED_BASE
 from .errors import translate_errors
-from .limits import HELD_BASE, QUEUE_SCOPE, Limit, bucket_tokens
+from .limits import (
+    HELD_BASE,
+    QUEUE_SCOPE,
+    Limit,
+    bucket_tokens,
+    partition_scope,
+    scope_label,
+    split_scope,
+)
 from .message import TaskMessage
 from .states import TaskState
 from .timings import Histogram, histograms
@@ -122,11 +130,28 @@ class TaskInfo:
 class LimitUse:
     """One flow-control scope of a queue: its limit and how much of it is used now."""
 
-    scope: str  # a task type's name, or QUEUE_SCOPE ("*") for the queue's own limit
+    # a task type's name, QUEUE_SCOPE ("*") for the queue's own limit, "<task>\2<partition>" for a
+    # partition's, "<task>\2" for the limits each partition of a type has (no use of its own)
+    scope: str
     limit: Limit | None  # None when only use is left: a previous deploy's limit, still draining
     running: int  # concurrency slots its active tasks hold
     held: int  # its tasks held back (always 0 for the queue's scope: it caps claims instead)
     tokens: float | None  # starts its rate limit allows at once now; None without a rate limit
+
+    @property
+    def task(self) -> str | None:
+        """The task type whose scope it is (its partitions' included); None for the queue's own."""
+        return split_scope(self.scope)[0]
+
+    @property
+    def partition(self) -> str | None:
+        """The partition whose scope it is; "" for the limits each partition has; None for others."""
+        return split_scope(self.scope)[1]
+
+    @property
+    def label(self) -> str:
+        """The scope for people ("crm.tasks.sync · partition acme"): see `scope_label`."""
+        return scope_label(self.scope)
 
     @property
     def in_use(self) -> bool:
@@ -139,6 +164,9 @@ class LimitUse:
         limit = self.limit
         return {
             "scope": self.scope,
+            "task": self.task,
+            "partition": self.partition,
+            "label": self.label,
             "limit": {
                 "rate_limit": limit.rate_limit,
                 "burst": limit.burst if limit.rate is not None else None,
@@ -267,10 +295,12 @@ class Inspector:
         return infos
 
     def limit_use(self, queue: str, limits: Mapping[str, Limit]) -> list[LimitUse]:
-        """The flow-control scopes of a queue, the queue's own first, then task types by name:
-        each scope of `limits` (the limits in force) and each with use left in Redis (slots held,
-        a bucket, tasks held back) without a limit in force any more. One pipelined round trip,
-        plus one per type holding tasks back that `limits` does not name."""
+        """The flow-control scopes of a queue, the queue's own first, then task types by name (each
+        followed by its partitions'): each scope of `limits` (the limits in force) and each with use
+        left in Redis (slots held, a bucket, tasks held back) without a limit in force any more. A
+        partition's scope has its own limit if its type names it, else the type's for each
+        partition. One pipelined round trip, plus one per scope holding tasks back that `limits`
+        does not name (up to HELD_TYPES_SCAN)."""
         qk = self.broker.queue(queue)
         types = [scope for scope in limits if scope != QUEUE_SCOPE]
         with translate_errors():
@@ -289,7 +319,13 @@ class Inspector:
         scopes = {*limits, *running, *buckets, *(scope for scope, count in held.items() if count)}
         records = []
         for scope in sorted(scopes, key=lambda scope: (scope != QUEUE_SCOPE, scope)):
+            task, partition = split_scope(scope)
+            if partition == "":  # the limits each partition has: shown, never used itself
+                records.append(LimitUse(scope=scope, limit=limits.get(scope), running=0, held=0, tokens=None))
+                continue
             limit = limits.get(scope)
+            if limit is None and partition:  # a partition the type does not name has its "each"
+                limit = limits.get(partition_scope(task or ""))
             records.append(
                 LimitUse(
                     scope=scope,

@@ -117,6 +117,26 @@ def partition_scope(task: str, partition: str = "") -> str:
     return f"{task}{PARTITION_SEPARATOR}{partition}"
 
 
+def split_scope(scope: str) -> tuple[str | None, str | None]:
+    """A scope's task type and partition: (None, None) for the queue's own, (task, None) for a
+    type's, (task, partition) for a partition's, (task, "") for the limits each partition has."""
+    if scope == QUEUE_SCOPE:
+        return None, None
+    task, separator, partition = scope.partition(PARTITION_SEPARATOR)
+    return task, (partition if separator else None)
+
+
+def scope_label(scope: str) -> str:
+    """A scope for people, the same on every surface: "whole queue", "crm.tasks.sync",
+    "crm.tasks.sync · partition acme", "crm.tasks.sync · each partition"."""
+    task, partition = split_scope(scope)
+    if task is None:
+        return "whole queue"
+    if partition is None:
+        return task
+    return f"{task} · " + (f"partition {partition}" if partition else "each partition")
+
+
 @dataclass(frozen=True)
 class FlowLimits:
     """Every limit a project sets: per task type (they apply in whichever queue its tasks are),

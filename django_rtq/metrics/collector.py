@@ -129,7 +129,13 @@ def timing_metrics(timings: dict[str, tuple[list[Histogram], list[Histogram]]]) 
 
 
 def limit_metrics(limits: dict[str, list[LimitUse]]) -> Iterator[Metric]:
-    """The flow-control families, per queue and scope (a task type, or "*" for the queue's own)."""
+    """The flow-control families, per queue and scope (a task type, or "*" for the queue's own),
+    and per queue and task type for the partitions' scopes, summed.
+
+    A type's partitions are not a label of their own: a project may partition by tenant, and one
+    series per tenant would grow Prometheus without bound. Their use is summed per type instead
+    (running, held), with how many partitions have tasks running or held; the admin's flow-control
+    table, `rtq_stats` and the API list each partition in use."""
     running = GaugeMetricFamily(
         "rtq_limit_running",
         "Concurrency slots held in a flow-control scope of the queue: its running tasks.",
@@ -140,11 +146,37 @@ def limit_metrics(limits: dict[str, list[LimitUse]]) -> Iterator[Metric]:
         "Pending tasks of a task type held back by its flow-control limits (0 for the queue's own).",
         labels=["queue", "scope"],
     )
+    partitions_running = GaugeMetricFamily(
+        "rtq_limit_partitions_running",
+        "Concurrency slots held in the partitions' flow-control scopes of a task type, summed.",
+        labels=["queue", "task"],
+    )
+    partitions_held = GaugeMetricFamily(
+        "rtq_limit_partitions_held",
+        "Pending tasks held back by their partition's flow-control limits, summed per task type.",
+        labels=["queue", "task"],
+    )
+    partitions_in_use = GaugeMetricFamily(
+        "rtq_limit_partitions_in_use",
+        "Partitions of a task type with tasks running or held back in their flow-control scopes.",
+        labels=["queue", "task"],
+    )
     for queue, uses in sorted(limits.items()):
+        by_type: dict[str, list[int]] = {}
         for use in uses:
-            running.add_metric([queue, use.scope], use.running)
-            held.add_metric([queue, use.scope], use.held)
-    yield from (running, held)
+            if use.partition is None:
+                running.add_metric([queue, use.scope], use.running)
+                held.add_metric([queue, use.scope], use.held)
+                continue
+            sums = by_type.setdefault(use.task or "", [0, 0, 0])
+            sums[0] += use.running
+            sums[1] += use.held
+            sums[2] += bool(use.running or use.held)
+        for task, (slots, waiting, busy) in sorted(by_type.items()):
+            partitions_running.add_metric([queue, task], slots)
+            partitions_held.add_metric([queue, task], waiting)
+            partitions_in_use.add_metric([queue, task], busy)
+    yield from (running, held, partitions_running, partitions_held, partitions_in_use)
 
 
 def waiting_metrics(waiting: dict[str, list[WaitingKind]]) -> Iterator[Metric]:
