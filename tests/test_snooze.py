@@ -234,7 +234,17 @@ def test_a_partition_hold_keeps_that_partition_back_and_the_others_run(any_broke
     any_broker.limits = lambda: flow
     add(any_broker, PAY, partition="acme")
     (first,) = claim(any_broker, limit=1)
-    snoozed(any_broker, first, 30, hold_partition=True)
+    sent = []
+
+    def receiver(sender, **kwargs):
+        sent.append(kwargs)
+
+    signals.task_snoozed.connect(receiver)
+    try:
+        snoozed(any_broker, first, 30, hold_partition=True)
+    finally:
+        signals.task_snoozed.disconnect(receiver)
+    assert [(s["hold_type"], s["hold_partition"]) for s in sent] == [(False, True)]
     assert held_types(any_broker, EMAILS) == {partition_scope(PAY, "acme"): clock.ms(30)}
     acme = add(any_broker, PAY, 2, partition="acme")
     beta = add(any_broker, PAY, 2, partition="beta")

@@ -1,0 +1,292 @@
+"""Fair partitions made visible (docs/partitions.md): each partition's limit and use, why a task
+of a partition waits, and a task's partition, read through the operations layer by the admin, the
+API, `rtq_stats` and the metrics (summed per type there: one series per tenant would not do)."""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+import re
+import uuid
+
+import pytest
+from django.core.management import call_command
+from django.test import Client
+from django.urls import reverse
+from prometheus_client.parser import text_string_to_metric_families
+from rest_framework.test import APIClient
+
+from django_rtq import registry
+from django_rtq.broker import Broker, TaskMessage
+from django_rtq.broker.inspect import LimitUse
+from django_rtq.broker.limits import QUEUE_SCOPE, partition_scope, scope_label, split_scope
+from django_rtq.connection import get_broker
+from django_rtq.operations import Operations
+from tests.support.clock import START_TIME, FakeClock
+from tests.support.factories import WORKER, forget
+
+pytestmark = pytest.mark.django_db
+
+Q = "syncs"
+#: Registered by the `partitioned` fixture: each partition at most one running, "premium" two.
+SYNC = "tests.partsurf.sync"
+API = "/rtq/api/"
+DASHBOARD = "/admin/django_rtq/livetask/"
+
+
+def sync(customer: str) -> None:
+    return None
+
+
+@pytest.fixture
+def partitioned(prefix: str, clock: FakeClock):
+    """The process's broker on a fake clock, with a partitioned type registered (taken out of the
+    registry after the test)."""
+    broker = get_broker()
+    broker.clock = clock
+    registry.task(
+        name=SYNC,
+        queue=Q,
+        partition_by="customer",
+        partition_max_concurrency=1,
+        partition_limits={"premium": {"max_concurrency": 2}},
+    )(sync)
+    yield broker
+    forget(SYNC)
+
+
+def add(broker: Broker, partition: str | None, count: int = 1) -> list[str]:
+    messages = [
+        TaskMessage(id=uuid.uuid4().hex, task=SYNC, queue=Q, partition=partition, enqueued_at=START_TIME)
+        for _ in range(count)
+    ]
+    broker.enqueue(messages)
+    return [message.id for message in messages]
+
+
+@pytest.fixture
+def busy(partitioned: Broker) -> dict[str, list[str]]:
+    """Tasks of partitions acme (2), beta (1) and premium (3) claimed: acme's first, beta's, and
+    premium's first two run; the others are held back by their partition's limit."""
+    ids = {
+        "acme": add(partitioned, "acme", 2),
+        "beta": add(partitioned, "beta"),
+        "premium": add(partitioned, "premium", 3),
+    }
+    started = {task.id for task in partitioned.claim(Q, worker_id=WORKER, limit=10)}
+    assert started == {ids["acme"][0], ids["beta"][0], *ids["premium"][:2]}
+    return ids
+
+
+# One readable form of a scope
+
+
+@pytest.mark.parametrize(
+    ("scope", "task", "partition", "label"),
+    [
+        (QUEUE_SCOPE, None, None, "whole queue"),
+        ("crm.sync", "crm.sync", None, "crm.sync"),
+        (partition_scope("crm.sync", "acme"), "crm.sync", "acme", "crm.sync · partition acme"),
+        (partition_scope("crm.sync"), "crm.sync", "", "crm.sync · each partition"),
+    ],
+)
+def test_a_scope_reads_as_its_task_and_partition(scope, task, partition, label):
+    assert split_scope(scope) == (task, partition)
+    assert scope_label(scope) == label
+    use = LimitUse(scope=scope, limit=None, running=0, held=0, tokens=None)
+    assert (use.task, use.partition, use.label) == (task, partition, label)
+
+
+# The operations layer
+
+
+def uses(partitioned_queue: list[LimitUse]) -> list[tuple[str, str | None, int, int]]:
+    return [
+        (use.label, use.limit.describe() if use.limit else None, use.running, use.held)
+        for use in partitioned_queue
+    ]
+
+
+def test_each_partition_in_use_has_its_limit_and_use(busy):
+    assert uses(Operations().flow_control(Q)) == [
+        (f"{SYNC} · each partition", "at most 1 running", 0, 0),
+        (f"{SYNC} · partition acme", "at most 1 running", 1, 1),  # the type's for each partition
+        (f"{SYNC} · partition beta", "at most 1 running", 1, 0),
+        (f"{SYNC} · partition premium", "at most 2 running", 2, 1),  # its own
+    ]
+
+
+def test_a_partition_named_shows_its_limit_while_unused_and_others_only_in_use(partitioned: Broker):
+    assert uses(Operations().flow_control(Q)) == [
+        (f"{SYNC} · each partition", "at most 1 running", 0, 0),
+        (f"{SYNC} · partition premium", "at most 2 running", 0, 0),
+    ]
+
+
+def test_a_task_held_by_its_partition_says_so(busy, partitioned: Broker):
+    ops = Operations()
+    assert ops.held_reason(ops.live_task(busy["acme"][1])) == (
+        f"Held back by the limits of its partition acme of {SYNC} (at most 1 running): 1 running "
+        "now, 1 task of its partition held back."
+    )
+    assert ops.held_reason(ops.live_task(busy["premium"][2])) == (
+        f"Held back by the limits of its partition premium of {SYNC} (at most 2 running): 2 running "
+        "now, 1 task of its partition held back."
+    )
+    assert ops.held_reason(ops.live_task(busy["beta"][0])) is None  # running
+
+
+# The admin
+
+
+def flow_rows(response, queue: str) -> list[list[str]]:
+    """The cells of each row of a queue's flow-control table on the dashboard, as text."""
+    section = re.search(rf'data-flow-queue="{queue}">(.*?)</table>', response.content.decode(), re.S)
+    assert section, f"no flow-control table for queue {queue!r}"
+    rows = re.findall(r"<tr data-(?:scope|task)=[^>]*>(.*?)</tr>", section[1], re.S)
+    return [
+        [
+            " ".join(html.unescape(re.sub(r"<[^>]+>", " ", cell)).split())
+            for cell in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row, re.S)
+        ]
+        for row in rows
+    ]
+
+
+def test_the_dashboard_lists_each_partition_in_use(busy, viewer_client: Client):
+    response = viewer_client.get(DASHBOARD)
+    assert response.status_code == 200
+    assert flow_rows(response, Q) == [
+        [f"{SYNC} · each partition", "at most 1 running", "per partition"],
+        [f"{SYNC} · partition acme", "at most 1 running", "1 of 1", "1", "—"],
+        [f"{SYNC} · partition beta", "at most 1 running", "1 of 1", "0", "—"],
+        [f"{SYNC} · partition premium", "at most 2 running", "2 of 2", "1", "—"],
+    ]
+    page = response.content.decode()
+    assert f'data-task="{SYNC}" data-partition="acme"' in page
+    assert "\x02" not in page  # the scopes' separator is never written in the page
+
+
+def test_the_page_of_a_task_shows_its_partition_and_why_it_waits(busy, viewer_client: Client):
+    page = viewer_client.get(reverse("admin:django_rtq_task", args=[busy["acme"][1]])).content.decode()
+    row = re.search(r'<tr id="rtq-partition"><th>Partition</th><td>(.*?)</td>', page)
+    assert row and row[1] == "acme"
+    reason = re.search(r'id="rtq-held-reason"[^>]*>(.*?)</p>', page, re.S)
+    assert reason and html.unescape(reason[1]).startswith(
+        f"Held back by the limits of its partition acme of {SYNC}"
+    )
+
+
+def test_the_page_of_a_task_without_a_partition_has_no_partition_row(
+    partitioned: Broker, viewer_client: Client
+):
+    (plain,) = add(partitioned, None)
+    page = viewer_client.get(reverse("admin:django_rtq_task", args=[plain])).content.decode()
+    assert page.count('id="rtq-task-id"') == 1 and 'id="rtq-partition"' not in page
+
+
+# The API
+
+
+def test_a_queue_in_the_api_lists_its_partitions_scopes(busy, reader_api: APIClient):
+    limits = reader_api.get(f"{API}queues/{Q}/").json()["limits"]
+    assert [(r["scope"], r["task"], r["partition"], r["label"], r["running"], r["held"]) for r in limits] == [
+        (partition_scope(SYNC), SYNC, "", f"{SYNC} · each partition", 0, 0),
+        (partition_scope(SYNC, "acme"), SYNC, "acme", f"{SYNC} · partition acme", 1, 1),
+        (partition_scope(SYNC, "beta"), SYNC, "beta", f"{SYNC} · partition beta", 1, 0),
+        (partition_scope(SYNC, "premium"), SYNC, "premium", f"{SYNC} · partition premium", 2, 1),
+    ]
+    assert limits[3]["limit"]["max_concurrency"] == 2
+
+
+def test_a_task_in_the_api_has_its_partition(busy, partitioned: Broker, reader_api: APIClient):
+    body = reader_api.get(f"{API}tasks/{busy['acme'][1]}/").json()
+    assert body["partition"] == "acme"
+    assert body["held_back"].startswith(f"Held back by the limits of its partition acme of {SYNC}")
+    (plain,) = add(partitioned, None)
+    assert reader_api.get(f"{API}tasks/{plain}/").json()["partition"] is None
+    page = reader_api.get(f"{API}queues/{Q}/tasks/", {"state": "pending"}).json()
+    assert {task["id"]: task["partition"] for task in page["results"]} == {
+        busy["acme"][1]: "acme",
+        busy["premium"][2]: "premium",
+        plain: None,
+    }
+
+
+# rtq_stats
+
+
+def run_stats(*args: str) -> str:
+    out = io.StringIO()
+    call_command("rtq_stats", *args, stdout=out, stderr=io.StringIO())
+    return out.getvalue()
+
+
+def test_rtq_stats_prints_each_partition_readably(busy):
+    output = run_stats(Q)
+    lines = output.split(f"Queue {Q!r}, flow control:\n", 1)[1].splitlines()
+    assert [re.split(r"\s{2,}", line.strip()) for line in lines[:5]] == [
+        ["SCOPE", "LIMIT", "RUNNING", "HELD BACK", "TOKENS NOW"],
+        [f"{SYNC} · each partition", "at most 1 running", "-", "-", "-"],
+        [f"{SYNC} · partition acme", "at most 1 running", "1 of 1", "1", "-"],
+        [f"{SYNC} · partition beta", "at most 1 running", "1 of 1", "0", "-"],
+        [f"{SYNC} · partition premium", "at most 2 running", "2 of 2", "1", "-"],
+    ]
+    assert "\x02" not in output
+    [queue] = json.loads(run_stats(Q, "--json"))["queues"]
+    assert [(r["task"], r["partition"], r["held"]) for r in queue["limits"]] == [
+        (SYNC, "", 0),
+        (SYNC, "acme", 1),
+        (SYNC, "beta", 0),
+        (SYNC, "premium", 1),
+    ]
+
+
+def test_rtq_task_shows_the_partition_and_why_it_waits(busy):
+    out = io.StringIO()
+    call_command("rtq_task", busy["acme"][1], "--json", stdout=out)
+    shown = json.loads(out.getvalue())
+    assert shown["held_back"].startswith(f"Held back by the limits of its partition acme of {SYNC}")
+    out = io.StringIO()
+    call_command("rtq_task", busy["acme"][1], stdout=out)
+    assert re.search(r"^partition:\s+acme$", out.getvalue(), re.M)
+
+
+# Metrics
+
+
+def scraped(client: APIClient) -> dict[str, dict[tuple[str, ...], float]]:
+    response = client.get("/rtq/metrics/")
+    assert response.status_code == 200
+    return {
+        family.name: {tuple(s.labels.values()): s.value for s in family.samples if s.labels.get("queue") == Q}
+        for family in text_string_to_metric_families(response.content.decode())
+        if family.name.startswith("rtq_limit_")
+    }
+
+
+def test_the_metrics_sum_the_partitions_per_type_with_no_series_per_partition(busy, reader_api: APIClient):
+    assert scraped(reader_api) == {
+        "rtq_limit_running": {},  # no scope of a partition, nor of the limits each has
+        "rtq_limit_held": {},
+        "rtq_limit_partitions_running": {(Q, SYNC): 4},
+        "rtq_limit_partitions_held": {(Q, SYNC): 2},
+        "rtq_limit_partitions_in_use": {(Q, SYNC): 3},
+    }
+
+
+def test_the_metrics_keep_a_types_own_scope_apart_from_its_partitions(
+    partitioned: Broker, reader_api: APIClient
+):
+    forget(SYNC)
+    registry.task(
+        name=SYNC, queue=Q, max_concurrency=3, partition_by="customer", partition_max_concurrency=1
+    )(sync)
+    add(partitioned, "acme", 2)
+    add(partitioned, "beta", 2)
+    partitioned.claim(Q, worker_id=WORKER, limit=10)
+    families = scraped(reader_api)
+    assert families["rtq_limit_running"] == {(Q, SYNC): 2}
+    assert families["rtq_limit_partitions_running"] == {(Q, SYNC): 2}
+    assert families["rtq_limit_partitions_held"] == {(Q, SYNC): 2}
