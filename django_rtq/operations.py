@@ -316,11 +316,18 @@ class Operations:
         return get_schedules(self.broker)
 
     def search_by_name(
-        self, queue: str, state: TaskState | str, text: str, *, scan: int = NAME_SEARCH_SCAN
+        self,
+        queue: str,
+        state: TaskState | str,
+        text: str,
+        *,
+        partition: str | None = None,
+        scan: int = NAME_SEARCH_SCAN,
     ) -> list[TaskInfo]:
-        """The tasks among the first `scan` of a list whose task name contains `text`."""
+        """The tasks among the first `scan` of a list whose task name contains `text` (and of
+        `partition`, if given)."""
         self.require(VIEW_LIVE)
-        return self.inspector.search_by_name(queue, state, text, scan=scan)
+        return self.inspector.search_by_name(queue, state, text, partition=partition, scan=scan)
 
     def live_task(self, task_id: str, queue: str | None = None) -> TaskInfo:
         """A task in Redis, in `queue` or in any queue; TaskNotFound if it is not there."""

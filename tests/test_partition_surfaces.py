@@ -186,6 +186,22 @@ def test_the_page_of_a_task_without_a_partition_has_no_partition_row(
     assert page.count('id="rtq-task-id"') == 1 and 'id="rtq-partition"' not in page
 
 
+def test_the_task_list_finds_the_tasks_of_a_partition(busy, partitioned: Broker, viewer_client: Client):
+    add(partitioned, "acme-two")  # a name that "acme" is the start of: not of partition acme
+    url = reverse("admin:django_rtq_tasks", args=["pending"])
+
+    def listed(**query) -> tuple[list[str], str]:
+        page = viewer_client.get(url, {"queue": Q, **query}).content.decode()
+        return re.findall(r'<tr data-task-id="([^"]+)">', page), page
+
+    found, page = listed(partition="acme")
+    assert found == [busy["acme"][1]]
+    assert "tasks are of partition “acme”" in html.unescape(page)
+    assert listed(partition="premium", name="partsurf")[0] == [busy["premium"][2]]
+    assert listed(partition="premium", name="other")[0] == []
+    assert len(listed()[0]) == 3
+
+
 # The API
 
 

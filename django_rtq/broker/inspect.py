@@ -418,10 +418,17 @@ class Inspector:
         return sum(size or 0 for size in sizes)
 
     def search_by_name(
-        self, queue: str, state: TaskState | str, text: str, *, scan: int = NAME_SEARCH_SCAN
+        self,
+        queue: str,
+        state: TaskState | str,
+        text: str,
+        *,
+        partition: str | None = None,
+        scan: int = NAME_SEARCH_SCAN,
     ) -> list[TaskInfo]:
         """Return the tasks among the first `scan` of a list (in `list_tasks` order) whose task
-        name contains `text`, ignoring case. Bounded on purpose: it reads `scan` messages."""
+        name contains `text`, ignoring case, and, given a `partition`, that are of that partition.
+        Bounded on purpose: it reads `scan` messages."""
         state = TaskState(state)
         qk = self.broker.queue(queue)
         needle = text.casefold()
@@ -433,10 +440,13 @@ class Inspector:
         matches = []
         for (task_id, score), raw in zip(ids_scores, raws, strict=True):
             try:
-                name = json.loads(raw).get("task") if raw else None
+                stored = json.loads(raw) if raw else {}
+                name, its_partition = stored.get("task"), stored.get("partition")
             except (ValueError, AttributeError):
-                name = None
-            if isinstance(name, str) and needle in name.casefold():
+                name, its_partition = None, None
+            if not isinstance(name, str) or needle not in name.casefold():
+                continue
+            if partition is None or its_partition == partition:
                 matches.append((task_id, score))
         return self._load(queue, state, matches)
 
