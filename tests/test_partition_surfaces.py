@@ -23,6 +23,7 @@ from django_rtq.broker.inspect import LimitUse
 from django_rtq.broker.limits import QUEUE_SCOPE, partition_scope, scope_label, split_scope
 from django_rtq.connection import get_broker
 from django_rtq.operations import Operations
+from django_rtq.templatetags.rtq_admin import rtq_scope
 from tests.support.clock import START_TIME, FakeClock
 from tests.support.factories import WORKER, forget
 
@@ -96,6 +97,13 @@ def test_a_scope_reads_as_its_task_and_partition(scope, task, partition, label):
     assert scope_label(scope) == label
     use = LimitUse(scope=scope, limit=None, running=0, held=0, tokens=None)
     assert (use.task, use.partition, use.label) == (task, partition, label)
+
+
+def test_the_admin_writes_a_scope_in_the_same_words_each_name_cut_to_its_box_and_escaped():
+    written = rtq_scope(partition_scope("crm.sync", "a<b"))
+    assert html.unescape(re.sub(r"<[^>]+>", "", written)) == scope_label(partition_scope("crm.sync", "a<b"))
+    assert written.count('class="rtq-trunc"') == 2 and "a&lt;b" in written
+    assert rtq_scope(QUEUE_SCOPE) == "whole queue"
 
 
 # The operations layer

@@ -109,7 +109,6 @@ def describe_limit_use(use: LimitUse) -> dict[str, Any]:
     limit = use.limit
     return {
         "scope": use.scope,
-        "label": use.label,
         "task": use.task,
         "partition": use.partition,
         "is_queue": use.scope == QUEUE_SCOPE,

@@ -126,15 +126,16 @@ def split_scope(scope: str) -> tuple[str | None, str | None]:
     return task, (partition if separator else None)
 
 
-def scope_label(scope: str) -> str:
+def scope_label(scope: str, name: Callable[[str], str] = str) -> str:
     """A scope for people, the same on every surface: "whole queue", "crm.tasks.sync",
-    "crm.tasks.sync · partition acme", "crm.tasks.sync · each partition"."""
+    "crm.tasks.sync · partition acme", "crm.tasks.sync · each partition"; `name` writes the task's
+    and the partition's names (the admin cuts each to its box)."""
     task, partition = split_scope(scope)
     if task is None:
         return "whole queue"
     if partition is None:
-        return task
-    return f"{task} · " + (f"partition {partition}" if partition else "each partition")
+        return name(task)
+    return f"{name(task)} · " + (f"partition {name(partition)}" if partition else "each partition")
 
 
 @dataclass(frozen=True)
