@@ -28,7 +28,7 @@ from django.utils import timezone
 from .broker import Broker, TaskMessage, bulk, forgetting, manual, workflow
 from .broker.bulk import PURGE_STATES, BulkJob
 from .broker.inspect import NAME_SEARCH_SCAN, Inspector, LimitUse, QueueStats, TaskInfo
-from .broker.limits import QUEUE_SCOPE, partition_scope
+from .broker.limits import QUEUE_SCOPE, PartitionLimits, partition_scope
 from .broker.snoozing import held_types
 from .broker.states import EDIT_STATES, Action, TaskState, allows, skip_reason
 from .broker.timings import Histogram
@@ -218,20 +218,31 @@ class Operations:
 
     def flow_control(self, queue: str) -> list[LimitUse]:
         """A queue's flow-control limits with their use now (see `Inspector.limit_use`): its own
-        limit, those of the task types whose queue it is (their partitions' included), and any
-        other scope in use in it (a type enqueued there with `.using(queue=...)`, a partition with
-        tasks running or held, a previous deploy's limit still draining)."""
+        limit, those of the task types whose queue it is (with the limits each of their partitions
+        has, and those of the partitions they name), and any other scope in use in it (a type
+        enqueued there with `.using(queue=...)`, a previous deploy's limit still draining).
+
+        A partition the type does not name is listed only while it has tasks running or held back:
+        tenants can be thousands, and each leaves its rate limit's bucket behind (refilling, then
+        full), which holds no task back."""
         self.require(VIEW_LIVE)
         default = get_settings().DEFAULT_QUEUE
         types = registered_tasks()
-        return [
-            use
-            for use in self._limit_use(queue)
-            if use.limit is None
-            or use.in_use
-            or use.scope == QUEUE_SCOPE
-            or (use.task in types and (types[use.task].options.get("queue") or default) == queue)
-        ]
+        named = {
+            scope
+            for task, limits in project_limits().partitions.items()
+            for scope in _named_scopes(task, limits)
+        }
+
+        def its_queue(task: str | None) -> bool:
+            return task in types and (types[task].options.get("queue") or default) == queue
+
+        def listed(use: LimitUse) -> bool:
+            if use.partition:
+                return bool(use.running or use.held) or (use.scope in named and its_queue(use.task))
+            return use.limit is None or use.in_use or use.scope == QUEUE_SCOPE or its_queue(use.task)
+
+        return [use for use in self._limit_use(queue) if listed(use)]
 
     def all_flow_control(self) -> dict[str, list[LimitUse]]:
         """`flow_control` of every known queue, by queue (an empty list: no limit, no use)."""
@@ -678,6 +689,10 @@ def held_reason(task: str, use: LimitUse | None, *, partition: str | None = None
         "" if at_limit(use) else " Its limits allow a start now: the next claim from the queue lets it run."
     )
     return f"Held back by the limits of {whose} ({limit.describe()}): {', '.join(now)}.{then}"
+
+
+def _named_scopes(task: str, limits: PartitionLimits) -> list[str]:
+    return [partition_scope(task, partition) for partition in limits.named]
 
 
 def _by_queue(refs: Sequence[TaskRef]) -> dict[str, list[str]]:

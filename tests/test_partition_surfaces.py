@@ -22,10 +22,11 @@ from django_rtq.broker import Broker, TaskMessage
 from django_rtq.broker.inspect import LimitUse
 from django_rtq.broker.limits import QUEUE_SCOPE, partition_scope, scope_label, split_scope
 from django_rtq.connection import get_broker
+from django_rtq.flow_control import project_limits
 from django_rtq.operations import Operations
 from django_rtq.templatetags.rtq_admin import rtq_scope
 from tests.support.clock import START_TIME, FakeClock
-from tests.support.factories import WORKER, forget
+from tests.support.factories import WORKER, done, forget
 
 pytestmark = pytest.mark.django_db
 
@@ -130,6 +131,25 @@ def test_a_partition_named_shows_its_limit_while_unused_and_others_only_in_use(p
         (f"{SYNC} · each partition", "at most 1 running", 0, 0),
         (f"{SYNC} · partition premium", "at most 2 running", 0, 0),
     ]
+    assert Operations().flow_control("elsewhere") == []  # listed in the type's queue only
+
+
+def test_a_partition_whose_bucket_refills_with_nothing_running_or_held_is_not_listed(partitioned: Broker):
+    forget(SYNC)
+    registry.task(name=SYNC, queue=Q, partition_by="customer", partition_rate_limit="1/h")(sync)
+    (task_id,) = add(partitioned, "acme")
+    assert [task.id for task in partitioned.claim(Q, worker_id=WORKER, limit=10)] == [task_id]
+    partitioned.complete(Q, [done(task_id)], worker_id=WORKER)
+
+    [acme] = [
+        use for use in Operations().inspector.limit_use(Q, project_limits().for_queue(Q)) if use.partition
+    ]
+    assert (acme.partition, acme.running, acme.held, acme.tokens) == ("acme", 0, 0, 0.0)  # in Redis
+    assert uses(Operations().flow_control(Q)) == [(f"{SYNC} · each partition", "1/h", 0, 0)]
+
+    add(partitioned, "acme")
+    assert partitioned.claim(Q, worker_id=WORKER, limit=10) == []  # held: its bucket is empty
+    assert uses(Operations().flow_control(Q))[1] == (f"{SYNC} · partition acme", "1/h", 0, 1)
 
 
 def test_a_task_held_by_its_partition_says_so(busy, partitioned: Broker):
