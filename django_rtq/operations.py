@@ -244,6 +244,20 @@ class Operations:
 
         return [use for use in self._limit_use(queue) if listed(use)]
 
+    def held_in_partitions(self, queue: str, uses: Sequence[LimitUse]) -> dict[str, int]:
+        """Tasks held back by their partition's limits in a queue, summed per task type, exactly:
+        for the partitioned types whose queue it is, and any other type with a partition in `uses`
+        (the queue's `flow_control`)."""
+        self.require(VIEW_LIVE)
+        default, types = get_settings().DEFAULT_QUEUE, registered_tasks()
+        partitioned = [
+            task
+            for task in project_limits().partitions
+            if task in types and (types[task].options.get("queue") or default) == queue
+        ]
+        in_use = [use.task for use in uses if use.partition and use.task]
+        return self.inspector.held_in_partitions(queue, [*partitioned, *in_use])
+
     def all_flow_control(self) -> dict[str, list[LimitUse]]:
         """`flow_control` of every known queue, by queue (an empty list: no limit, no use)."""
         return {queue: self.flow_control(queue) for queue in self.queues()}

@@ -316,8 +316,36 @@ def test_the_metrics_sum_the_partitions_per_type_with_no_series_per_partition(bu
         "rtq_limit_held": {},
         "rtq_limit_partitions_running": {(Q, SYNC): 4},
         "rtq_limit_partitions_held": {(Q, SYNC): 2},
-        "rtq_limit_partitions_in_use": {(Q, SYNC): 3},
     }
+
+
+def test_the_metrics_count_every_partitions_held_tasks_past_the_scopes_listed(
+    partitioned: Broker, reader_api: APIClient, monkeypatch
+):
+    monkeypatch.setattr("django_rtq.broker.inspect.HELD_TYPES_SCAN", 2)
+    for customer in ("a", "b", "c", "d"):
+        add(partitioned, customer, 3)
+    partitioned.claim(Q, worker_id=WORKER, limit=20)  # one of each runs, two of each are held
+
+    listed = [use for use in Operations().flow_control(Q) if use.partition]
+    assert sum(use.held for use in listed) < 8  # the scopes walked, partition by partition
+    families = scraped(reader_api)
+    assert families["rtq_limit_partitions_held"] == {(Q, SYNC): 8}
+    assert families["rtq_limit_partitions_running"] == {(Q, SYNC): 4}
+
+
+def test_a_queue_without_partitioned_types_has_no_partition_series(
+    partitioned: Broker, reader_api: APIClient
+):
+    add(partitioned, "acme")
+    response = reader_api.get("/rtq/metrics/")
+    samples = [
+        s.labels
+        for family in text_string_to_metric_families(response.content.decode())
+        if family.name.startswith("rtq_limit_partitions")
+        for s in family.samples
+    ]
+    assert samples and all(labels == {"queue": Q, "task": SYNC} for labels in samples)
 
 
 def test_the_metrics_keep_a_types_own_scope_apart_from_its_partitions(

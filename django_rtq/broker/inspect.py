@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -21,6 +21,7 @@ from .claims import PARKED_BASE
 from .errors import translate_errors
 from .limits import (
     HELD_BASE,
+    PARTITION_SEPARATOR,
     QUEUE_SCOPE,
     Limit,
     bucket_tokens,
@@ -337,6 +338,20 @@ class Inspector:
             )
         return records
 
+    def held_in_partitions(self, queue: str, tasks: Iterable[str]) -> dict[str, int]:
+        """How many tasks of each of `tasks` their partition's limits (or a snooze holding their
+        partition) hold back in a queue, all partitions summed, exactly: one pipelined round trip
+        whatever their number (`limit_use` counts partitions one by one, HELD_TYPES_SCAN at most)."""
+        names = sorted(set(tasks))
+        if not names:
+            return {}
+        key = self.broker.queue(queue).held
+        with translate_errors():
+            pipe = self.client.pipeline(transaction=False)
+            for task in names:
+                pipe.zlexcount(key, *_partitions_held_range(task))
+            return dict(zip(names, pipe.execute(), strict=True))
+
     def _held_by_other_types(self, key: str, known: set[str], missing: int) -> dict[str, int]:
         """Count the `missing` held tasks of types in the held index but not in `known`, walking
         the index type by type: one round trip each, HELD_TYPES_SCAN types at most."""
@@ -555,6 +570,11 @@ def _began_at(run: str | None, began: str | None) -> float | None:
 def _held_range(task: str) -> tuple[str, str]:
     """The ZRANGEBYLEX bounds of a task type's entries in a queue's held index."""
     return f"[{task}\0", f"({task}\1"
+
+
+def _partitions_held_range(task: str) -> tuple[str, str]:
+    """The ZRANGEBYLEX bounds of the entries of every partition of a task type in a held index."""
+    return f"[{partition_scope(task)}", f"({task}{chr(ord(PARTITION_SEPARATOR) + 1)}"
 
 
 def _whole(value: str | None) -> int:
