@@ -28,7 +28,7 @@ from django.utils import timezone
 from .broker import Broker, TaskMessage, bulk, forgetting, manual, workflow
 from .broker.bulk import PURGE_STATES, BulkJob
 from .broker.inspect import NAME_SEARCH_SCAN, Inspector, LimitUse, QueueStats, TaskInfo
-from .broker.limits import QUEUE_SCOPE, PartitionLimits, partition_scope
+from .broker.limits import QUEUE_SCOPE, Limit, PartitionLimits, partition_scope
 from .broker.snoozing import held_types
 from .broker.states import EDIT_STATES, Action, TaskState, allows, skip_reason
 from .broker.timings import Histogram
@@ -275,25 +275,33 @@ class Operations:
             if task.queue not in uses:
                 uses[task.queue] = {use.scope: use for use in self._limit_use(task.queue)}
                 holds[task.queue] = held_types(self.broker, task.queue)
-            name = task.message.task if task.message else ""
-            partition = task.message.partition if task.message else None
-            scope = partition_scope(name, partition) if partition is not None else None
-            now_ms, held_until = self.broker.now_ms(), holds[task.queue]
-            type_use, partition_use = uses[task.queue].get(name), uses[task.queue].get(scope or "")
-            if held_until.get(name, 0) > now_ms:
-                reasons[task.id] = snooze_hold_reason(name, (held_until[name] - now_ms) / 1000)
-            elif scope and held_until.get(scope, 0) > now_ms:
-                seconds = (held_until[scope] - now_ms) / 1000
-                reasons[task.id] = snooze_hold_reason(name, seconds, partition=partition)
-            elif (
-                partition_use
-                and partition_use.limit
-                and not (type_use and at_limit(type_use) and not at_limit(partition_use))
-            ):  # its partition's limits, unless only its type's hold it back now
-                reasons[task.id] = held_reason(name, partition_use, partition=partition)
-            else:
-                reasons[task.id] = held_reason(name, type_use)
+            reasons[task.id] = self._why_held(task, uses[task.queue], holds[task.queue])
         return reasons
+
+    def _why_held(self, task: TaskInfo, uses: dict[str, LimitUse], held_until: dict[str, int]) -> str:
+        """Why a held-back task waits: a snooze holding its type or its partition, else the limits
+        of its partition (unless only its type's hold it back now), else its type's."""
+        name = task.message.task if task.message else ""
+        partition = task.message.partition if task.message else None
+        scope = partition_scope(name, partition) if partition is not None else None
+        now_ms = self.broker.now_ms()
+        if held_until.get(name, 0) > now_ms:
+            return snooze_hold_reason(name, (held_until[name] - now_ms) / 1000)
+        if scope is None:
+            return held_reason(name, uses.get(name))
+        if held_until.get(scope, 0) > now_ms:
+            return snooze_hold_reason(name, (held_until[scope] - now_ms) / 1000, partition=partition)
+        if scope not in uses and (limit := partition_limit(name, partition)):
+            # a partition past those limit_use walks to (HELD_TYPES_SCAN): read on its own
+            uses[scope] = self.inspector.scope_use(task.queue, scope, limit)
+        type_use, partition_use = uses.get(name), uses.get(scope)
+        if (
+            partition_use
+            and partition_use.limit
+            and not (type_use and at_limit(type_use) and not at_limit(partition_use))
+        ):
+            return held_reason(name, partition_use, partition=partition)
+        return held_reason(name, type_use)
 
     def held_reason(self, task: TaskInfo) -> str | None:
         """Why a pending task is held back by its type's limits ("Held back by the limits of its
@@ -670,6 +678,13 @@ def snooze_hold_reason(task: str, seconds_left: float, *, partition: str | None 
         f"Held back for {format_duration(seconds_left)} more: a task of its type {task} snoozed "
         "holding its type (Snooze(hold_type=True)), and none of the type starts in the queue before then."
     )
+
+
+def partition_limit(task: str, partition: str | None) -> Limit | None:
+    """The limit a partition of a task type has now: its own if the type names it, else the
+    type's for each partition; None for none."""
+    limits = project_limits().partitions.get(task)
+    return limits.for_partition(partition) if limits and partition is not None else None
 
 
 def at_limit(use: LimitUse) -> bool:

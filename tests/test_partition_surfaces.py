@@ -67,6 +67,12 @@ def add(broker: Broker, partition: str | None, count: int = 1) -> list[str]:
     return [message.id for message in messages]
 
 
+def finish_those_running(broker: Broker) -> None:
+    """Claim, and complete the tasks that started: those held stay held until the next claim."""
+    started = broker.claim(Q, worker_id=WORKER, limit=50)
+    broker.complete(Q, [done(task.id) for task in started], worker_id=WORKER)
+
+
 @pytest.fixture
 def busy(partitioned: Broker) -> dict[str, list[str]]:
     """Tasks of partitions acme (2), beta (1) and premium (3) claimed: acme's first, beta's, and
@@ -134,7 +140,10 @@ def test_a_partition_named_shows_its_limit_while_unused_and_others_only_in_use(p
     assert Operations().flow_control("elsewhere") == []  # listed in the type's queue only
 
 
-def test_a_partition_whose_bucket_refills_with_nothing_running_or_held_is_not_listed(partitioned: Broker):
+def test_a_partition_whose_bucket_refills_with_nothing_running_or_held_is_not_listed(
+    partitioned: Broker, monkeypatch
+):
+    monkeypatch.setattr("django_rtq.broker.inspect.HELD_TYPES_SCAN", 0)  # a refilling bucket is in use
     forget(SYNC)
     registry.task(name=SYNC, queue=Q, partition_by="customer", partition_rate_limit="1/h")(sync)
     (task_id,) = add(partitioned, "acme")
@@ -163,6 +172,29 @@ def test_a_task_held_by_its_partition_says_so(busy, partitioned: Broker):
         "now, 1 task of its partition held back."
     )
     assert ops.held_reason(ops.live_task(busy["beta"][0])) is None  # running
+
+
+def test_a_task_held_by_a_partition_past_those_walked_says_so(partitioned: Broker, monkeypatch):
+    monkeypatch.setattr("django_rtq.broker.inspect.HELD_TYPES_SCAN", 1)
+    held = {customer: add(partitioned, customer, 2)[1] for customer in ("a", "b", "c")}
+    finish_those_running(partitioned)  # held only now, until the next claim: found by the walk
+    ops = Operations()
+    assert len([use for use in ops.flow_control(Q) if use.held]) == 1  # one partition walked
+    for customer, task_id in held.items():
+        assert ops.held_reason(ops.live_task(task_id)) == (
+            f"Held back by the limits of its partition {customer} of {SYNC} (at most 1 running): 0 "
+            "running now, 1 task of its partition held back. Its limits allow a start now: the next "
+            "claim from the queue lets it run."
+        )
+
+
+def test_the_held_tasks_of_partitions_in_use_are_counted_without_the_walk(partitioned: Broker, monkeypatch):
+    monkeypatch.setattr("django_rtq.broker.inspect.HELD_TYPES_SCAN", 0)
+    for customer in ("a", "b", "c"):
+        add(partitioned, customer, 3)
+    partitioned.claim(Q, worker_id=WORKER, limit=20)
+    listed = [(use.partition, use.running, use.held) for use in Operations().flow_control(Q) if use.partition]
+    assert listed == [("a", 1, 2), ("b", 1, 2), ("c", 1, 2), ("premium", 0, 0)]
 
 
 # The admin
@@ -325,13 +357,13 @@ def test_the_metrics_count_every_partitions_held_tasks_past_the_scopes_listed(
     monkeypatch.setattr("django_rtq.broker.inspect.HELD_TYPES_SCAN", 2)
     for customer in ("a", "b", "c", "d"):
         add(partitioned, customer, 3)
-    partitioned.claim(Q, worker_id=WORKER, limit=20)  # one of each runs, two of each are held
+    finish_those_running(partitioned)  # two of each held, none running: found by the walk
 
     listed = [use for use in Operations().flow_control(Q) if use.partition]
-    assert sum(use.held for use in listed) < 8  # the scopes walked, partition by partition
+    assert sum(use.held for use in listed) == 4  # the two partitions walked
     families = scraped(reader_api)
     assert families["rtq_limit_partitions_held"] == {(Q, SYNC): 8}
-    assert families["rtq_limit_partitions_running"] == {(Q, SYNC): 4}
+    assert families["rtq_limit_partitions_running"] == {(Q, SYNC): 0}
 
 
 def test_a_queue_without_partitioned_types_has_no_partition_series(

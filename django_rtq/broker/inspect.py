@@ -300,10 +300,13 @@ class Inspector:
         followed by its partitions'): each scope of `limits` (the limits in force) and each with use
         left in Redis (slots held, a bucket, tasks held back) without a limit in force any more. A
         partition's scope has its own limit if its type names it, else the type's for each
-        partition. One pipelined round trip, plus one per scope holding tasks back that `limits`
-        does not name (up to HELD_TYPES_SCAN)."""
+        partition. One pipelined round trip; when tasks are held in scopes `limits` does not name,
+        one more to count those of the scopes in use (slots held, a bucket refilling: a partition's,
+        say), then one per other scope holding tasks back (up to HELD_TYPES_SCAN)."""
         qk = self.broker.queue(queue)
         types = [scope for scope in limits if scope != QUEUE_SCOPE]
+        # The broker's clock, not the Redis server's that stamps the buckets: a few ms apart.
+        now_ms = self.broker.now_ms()
         with translate_errors():
             pipe = self.client.pipeline(transaction=False)
             pipe.hgetall(qk.running)
@@ -313,20 +316,27 @@ class Inspector:
                 pipe.zlexcount(qk.held, *_held_range(scope))
             running, buckets, held_total, *counts = pipe.execute()
             held = dict(zip(types, counts, strict=True))
-            if held_total > sum(counts):
-                held.update(self._held_by_other_types(qk.held, set(types), held_total - sum(counts)))
-        # The broker's clock, not the Redis server's that stamps the buckets: a few ms apart.
-        now_ms = self.broker.now_ms()
+            if held_total > sum(held.values()):
+                in_use = [
+                    scope
+                    for scope in {*running, *buckets}
+                    if scope not in held
+                    and scope != QUEUE_SCOPE
+                    and (scope in running or _refilling(buckets[scope], _limit_of(scope, limits), now_ms))
+                ]
+                pipe = self.client.pipeline(transaction=False)
+                for scope in in_use:
+                    pipe.zlexcount(qk.held, *_held_range(scope))
+                held.update(zip(in_use, pipe.execute() if in_use else [], strict=True))
+            if held_total > sum(held.values()):
+                held.update(self._held_by_other_types(qk.held, set(held), held_total - sum(held.values())))
         scopes = {*limits, *running, *buckets, *(scope for scope, count in held.items() if count)}
         records = []
         for scope in sorted(scopes, key=lambda scope: (scope != QUEUE_SCOPE, scope)):
-            task, partition = split_scope(scope)
-            if partition == "":  # the limits each partition has: shown, never used itself
-                records.append(LimitUse(scope=scope, limit=limits.get(scope), running=0, held=0, tokens=None))
+            limit = _limit_of(scope, limits)
+            if split_scope(scope)[1] == "":  # the limits each partition has: shown, never used itself
+                records.append(LimitUse(scope=scope, limit=limit, running=0, held=0, tokens=None))
                 continue
-            limit = limits.get(scope)
-            if limit is None and partition:  # a partition the type does not name has its "each"
-                limit = limits.get(partition_scope(task or ""))
             records.append(
                 LimitUse(
                     scope=scope,
@@ -337,6 +347,19 @@ class Inspector:
                 )
             )
         return records
+
+    def scope_use(self, queue: str, scope: str, limit: Limit | None) -> LimitUse:
+        """The use of one flow-control scope of a queue under `limit` (a partition's that
+        `limit_use` did not walk to, say): one pipelined round trip."""
+        qk = self.broker.queue(queue)
+        with translate_errors():
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hget(qk.running, scope)
+            pipe.hget(qk.buckets, scope)
+            pipe.zlexcount(qk.held, *_held_range(scope))
+            running, bucket, held = pipe.execute()
+        tokens = bucket_tokens(bucket, limit, self.broker.now_ms()) if limit else None
+        return LimitUse(scope=scope, limit=limit, running=_whole(running), held=held, tokens=tokens)
 
     def held_in_partitions(self, queue: str, tasks: Iterable[str]) -> dict[str, int]:
         """How many tasks of each of `tasks` their partition's limits (or a snooze holding their
@@ -570,6 +593,22 @@ def _began_at(run: str | None, began: str | None) -> float | None:
 def _held_range(task: str) -> tuple[str, str]:
     """The ZRANGEBYLEX bounds of a task type's entries in a queue's held index."""
     return f"[{task}\0", f"({task}\1"
+
+
+def _limit_of(scope: str, limits: Mapping[str, Limit]) -> Limit | None:
+    """A scope's limit among `limits`: a partition the type does not name has the type's for
+    each partition."""
+    limit = limits.get(scope)
+    task, partition = split_scope(scope)
+    if limit is None and partition and task is not None:
+        limit = limits.get(partition_scope(task))
+    return limit
+
+
+def _refilling(raw: str, limit: Limit | None, now_ms: int) -> bool:
+    """Whether a bucket is not full: its rate limit may be what holds its scope's tasks back."""
+    tokens = bucket_tokens(raw, limit, now_ms) if limit else None
+    return limit is not None and tokens is not None and tokens < limit.burst
 
 
 def _partitions_held_range(task: str) -> tuple[str, str]:
