@@ -28,7 +28,7 @@ from django.utils import timezone
 from .broker import Broker, TaskMessage, bulk, forgetting, manual, workflow
 from .broker.bulk import PURGE_STATES, BulkJob
 from .broker.inspect import NAME_SEARCH_SCAN, Inspector, LimitUse, QueueStats, TaskInfo
-from .broker.limits import QUEUE_SCOPE, Limit, PartitionLimits, partition_scope
+from .broker.limits import QUEUE_SCOPE, Limit, partition_scope
 from .broker.snoozing import held_types
 from .broker.states import EDIT_STATES, Action, TaskState, allows, skip_reason
 from .broker.timings import Histogram
@@ -226,21 +226,17 @@ class Operations:
         tenants can be thousands, and each leaves its rate limit's bucket behind (refilling, then
         full), which holds no task back."""
         self.require(VIEW_LIVE)
-        default = get_settings().DEFAULT_QUEUE
-        types = registered_tasks()
         named = {
-            scope
+            partition_scope(task, partition)
             for task, limits in project_limits().partitions.items()
-            for scope in _named_scopes(task, limits)
+            for partition in limits.named
         }
 
-        def its_queue(task: str | None) -> bool:
-            return task in types and (types[task].options.get("queue") or default) == queue
-
         def listed(use: LimitUse) -> bool:
+            home = _queue_of(use.task) == queue
             if use.partition:
-                return bool(use.running or use.held) or (use.scope in named and its_queue(use.task))
-            return use.limit is None or use.in_use or use.scope == QUEUE_SCOPE or its_queue(use.task)
+                return bool(use.running or use.held) or (use.scope in named and home)
+            return use.limit is None or use.in_use or use.scope == QUEUE_SCOPE or home
 
         return [use for use in self._limit_use(queue) if listed(use)]
 
@@ -249,12 +245,7 @@ class Operations:
         for the partitioned types whose queue it is, and any other type with a partition in `uses`
         (the queue's `flow_control`)."""
         self.require(VIEW_LIVE)
-        default, types = get_settings().DEFAULT_QUEUE, registered_tasks()
-        partitioned = [
-            task
-            for task in project_limits().partitions
-            if task in types and (types[task].options.get("queue") or default) == queue
-        ]
+        partitioned = [task for task in project_limits().partitions if _queue_of(task) == queue]
         in_use = [use.task for use in uses if use.partition and use.task]
         return self.inspector.held_in_partitions(queue, [*partitioned, *in_use])
 
@@ -304,8 +295,9 @@ class Operations:
         return held_reason(name, type_use)
 
     def held_reason(self, task: TaskInfo) -> str | None:
-        """Why a pending task is held back by its type's limits ("Held back by the limits of its
-        type shop.tasks.pay (at most 3 running): 3 running now..."); None if it is not."""
+        """Why a pending task is held back by its type's (or its partition's) limits ("Held back by
+        the limits of its type shop.tasks.pay (at most 3 running): 3 running now..."), or by a
+        snooze; None if it is not."""
         return self.held_reasons([task]).get(task.id)
 
     def _limit_use(self, queue: str) -> list[LimitUse]:
@@ -720,8 +712,10 @@ def held_reason(task: str, use: LimitUse | None, *, partition: str | None = None
     return f"Held back by the limits of {whose} ({limit.describe()}): {', '.join(now)}.{then}"
 
 
-def _named_scopes(task: str, limits: PartitionLimits) -> list[str]:
-    return [partition_scope(task, partition) for partition in limits.named]
+def _queue_of(task: str | None) -> str | None:
+    """The queue a registered task type's tasks go to unless sent elsewhere; None if unknown."""
+    task_type = get_task_type(task) if task else None
+    return (task_type.options.get("queue") or get_settings().DEFAULT_QUEUE) if task_type else None
 
 
 def _by_queue(refs: Sequence[TaskRef]) -> dict[str, list[str]]:

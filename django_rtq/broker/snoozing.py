@@ -22,9 +22,9 @@ def snooze(
 ) -> int | None:
     """Move a task whose handler raised Snooze to scheduled, due `delay_ms` from now on the
     Redis server's clock, with `info` as its attempt facts; with `hold_task` (a type's name, or a
-    partition's scope "<task>\2<partition>"), no task of that type, or partition, starts in the
-    queue before then (snooze.lua). Return when it is due (ms), or None when
-    the snooze came late (a newer run of the task has started, or it is gone)."""
+    partition's scope: `partition_scope`), no task of that type, or partition, starts in the queue
+    before then (snooze.lua). Return when it is due (ms), or None when the snooze came late (a
+    newer run of the task has started, or it is gone)."""
     now_ms = broker.now_ms()
     qk = broker.queue(queue)
     keys = [
