@@ -72,9 +72,16 @@ class Snooze(RTQError):
     """Raised by a handler to run its task again in `seconds` without spending an attempt
     (docs/snooze.md): the task goes to scheduled, due then on the Redis server's clock, with
     its retries left as they were. With `hold_type=True`, no other task of its type in its
-    queue starts before then either (a third-party API answered 429 with Retry-After)."""
+    queue starts before then either (a third-party API answered 429 with Retry-After). With
+    `hold_partition=True`, no other task of its partition (docs/partitions.md) starts before
+    then, and the type's other partitions go on (one tenant's API key was throttled).
 
-    def __init__(self, seconds: float, *, hold_type: bool = False) -> None:
+    A task without a partition holds nothing but itself with `hold_partition=True` (a warning
+    is logged): holding its whole type would stop every partition for one task's sake, so ask
+    for that with `hold_type=True`. `hold_type=True` holds the type, its partitions included,
+    whatever `hold_partition` says."""
+
+    def __init__(self, seconds: float, *, hold_type: bool = False, hold_partition: bool = False) -> None:
         if (
             isinstance(seconds, bool)
             or not isinstance(seconds, int | float)
@@ -85,7 +92,11 @@ class Snooze(RTQError):
             )
         self.seconds = float(seconds)
         self.hold_type = bool(hold_type)
-        super().__init__(f"snoozed for {self.seconds:g}s" + (" (its type held)" if hold_type else ""))
+        self.hold_partition = bool(hold_partition) and not self.hold_type
+        held = (
+            " (its type held)" if self.hold_type else " (its partition held)" if self.hold_partition else ""
+        )
+        super().__init__(f"snoozed for {self.seconds:g}s{held}")
 
 
 class TooManySnoozes(NonRetryableError):

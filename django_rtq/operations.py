@@ -28,7 +28,7 @@ from django.utils import timezone
 from .broker import Broker, TaskMessage, bulk, forgetting, manual, workflow
 from .broker.bulk import PURGE_STATES, BulkJob
 from .broker.inspect import NAME_SEARCH_SCAN, Inspector, LimitUse, QueueStats, TaskInfo
-from .broker.limits import QUEUE_SCOPE
+from .broker.limits import QUEUE_SCOPE, Limit, partition_scope
 from .broker.snoozing import held_types
 from .broker.states import EDIT_STATES, Action, TaskState, allows, skip_reason
 from .broker.timings import Histogram
@@ -218,19 +218,36 @@ class Operations:
 
     def flow_control(self, queue: str) -> list[LimitUse]:
         """A queue's flow-control limits with their use now (see `Inspector.limit_use`): its own
-        limit, those of the task types whose queue it is, and any other scope in use in it (a
-        type enqueued there with `.using(queue=...)`, a previous deploy's limit still draining)."""
+        limit, those of the task types whose queue it is (with the limits each of their partitions
+        has, and those of the partitions they name), and any other scope in use in it (a type
+        enqueued there with `.using(queue=...)`, a previous deploy's limit still draining).
+
+        A partition the type does not name is listed only while it has tasks running or held back:
+        tenants can be thousands, and each leaves its rate limit's bucket behind (refilling, then
+        full), which holds no task back."""
         self.require(VIEW_LIVE)
-        default = get_settings().DEFAULT_QUEUE
-        types = registered_tasks()
-        return [
-            use
-            for use in self._limit_use(queue)
-            if use.limit is None
-            or use.in_use
-            or use.scope == QUEUE_SCOPE
-            or (use.scope in types and (types[use.scope].options.get("queue") or default) == queue)
-        ]
+        named = {
+            partition_scope(task, partition)
+            for task, limits in project_limits().partitions.items()
+            for partition in limits.named
+        }
+
+        def listed(use: LimitUse) -> bool:
+            home = _queue_of(use.task) == queue
+            if use.partition:
+                return bool(use.running or use.held) or (use.scope in named and home)
+            return use.limit is None or use.in_use or use.scope == QUEUE_SCOPE or home
+
+        return [use for use in self._limit_use(queue) if listed(use)]
+
+    def held_in_partitions(self, queue: str, uses: Sequence[LimitUse]) -> dict[str, int]:
+        """Tasks held back by their partition's limits in a queue, summed per task type, exactly:
+        for the partitioned types whose queue it is, and any other type with a partition in `uses`
+        (the queue's `flow_control`)."""
+        self.require(VIEW_LIVE)
+        partitioned = [task for task in project_limits().partitions if _queue_of(task) == queue]
+        in_use = [use.task for use in uses if use.partition and use.task]
+        return self.inspector.held_in_partitions(queue, [*partitioned, *in_use])
 
     def all_flow_control(self) -> dict[str, list[LimitUse]]:
         """`flow_control` of every known queue, by queue (an empty list: no limit, no use)."""
@@ -249,17 +266,38 @@ class Operations:
             if task.queue not in uses:
                 uses[task.queue] = {use.scope: use for use in self._limit_use(task.queue)}
                 holds[task.queue] = held_types(self.broker, task.queue)
-            name = task.message.task if task.message else ""
-            until_ms = holds[task.queue].get(name, 0)
-            if until_ms > self.broker.now_ms():
-                reasons[task.id] = snooze_hold_reason(name, (until_ms - self.broker.now_ms()) / 1000)
-            else:
-                reasons[task.id] = held_reason(name, uses[task.queue].get(name))
+            reasons[task.id] = self._why_held(task, uses[task.queue], holds[task.queue])
         return reasons
 
+    def _why_held(self, task: TaskInfo, uses: dict[str, LimitUse], held_until: dict[str, int]) -> str:
+        """Why a held-back task waits: a snooze holding its type or its partition, else the limits
+        of its partition (unless only its type's hold it back now), else its type's."""
+        name = task.message.task if task.message else ""
+        partition = task.message.partition if task.message else None
+        scope = partition_scope(name, partition) if partition is not None else None
+        now_ms = self.broker.now_ms()
+        if held_until.get(name, 0) > now_ms:
+            return snooze_hold_reason(name, (held_until[name] - now_ms) / 1000)
+        if scope is None:
+            return held_reason(name, uses.get(name))
+        if held_until.get(scope, 0) > now_ms:
+            return snooze_hold_reason(name, (held_until[scope] - now_ms) / 1000, partition=partition)
+        if scope not in uses and (limit := partition_limit(name, partition)):
+            # a partition past those limit_use walks to (HELD_TYPES_SCAN): read on its own
+            uses[scope] = self.inspector.scope_use(task.queue, scope, limit)
+        type_use, partition_use = uses.get(name), uses.get(scope)
+        if (
+            partition_use
+            and partition_use.limit
+            and not (type_use and at_limit(type_use) and not at_limit(partition_use))
+        ):
+            return held_reason(name, partition_use, partition=partition)
+        return held_reason(name, type_use)
+
     def held_reason(self, task: TaskInfo) -> str | None:
-        """Why a pending task is held back by its type's limits ("Held back by the limits of its
-        type shop.tasks.pay (at most 3 running): 3 running now..."); None if it is not."""
+        """Why a pending task is held back by its type's (or its partition's) limits ("Held back by
+        the limits of its type shop.tasks.pay (at most 3 running): 3 running now..."), or by a
+        snooze; None if it is not."""
         return self.held_reasons([task]).get(task.id)
 
     def _limit_use(self, queue: str) -> list[LimitUse]:
@@ -303,11 +341,18 @@ class Operations:
         return get_schedules(self.broker)
 
     def search_by_name(
-        self, queue: str, state: TaskState | str, text: str, *, scan: int = NAME_SEARCH_SCAN
+        self,
+        queue: str,
+        state: TaskState | str,
+        text: str,
+        *,
+        partition: str | None = None,
+        scan: int = NAME_SEARCH_SCAN,
     ) -> list[TaskInfo]:
-        """The tasks among the first `scan` of a list whose task name contains `text`."""
+        """The tasks among the first `scan` of a list whose task name contains `text` (and of
+        `partition`, if given)."""
         self.require(VIEW_LIVE)
-        return self.inspector.search_by_name(queue, state, text, scan=scan)
+        return self.inspector.search_by_name(queue, state, text, partition=partition, scan=scan)
 
     def live_task(self, task_id: str, queue: str | None = None) -> TaskInfo:
         """A task in Redis, in `queue` or in any queue; TaskNotFound if it is not there."""
@@ -612,19 +657,44 @@ class Operations:
         return task_type.using(**options).enqueue(*args, **kwargs)
 
 
-def snooze_hold_reason(task: str, seconds_left: float) -> str:
-    """Why a task of type `task` is held back while a snooze holds its type (docs/snooze.md)."""
+def snooze_hold_reason(task: str, seconds_left: float, *, partition: str | None = None) -> str:
+    """Why a task of type `task` is held back while a snooze holds its type, or its partition
+    (docs/snooze.md)."""
+    if partition is not None:
+        return (
+            f"Held back for {format_duration(seconds_left)} more: a task of its partition "
+            f"{partition} of {task} snoozed holding its partition (Snooze(hold_partition=True)), and "
+            "none of the partition starts in the queue before then."
+        )
     return (
         f"Held back for {format_duration(seconds_left)} more: a task of its type {task} snoozed "
         "holding its type (Snooze(hold_type=True)), and none of the type starts in the queue before then."
     )
 
 
-def held_reason(task: str, use: LimitUse | None) -> str:
-    """Why a task of type `task` is held back, from its type's limit and use in its queue."""
+def partition_limit(task: str, partition: str | None) -> Limit | None:
+    """The limit a partition of a task type has now: its own if the type names it, else the
+    type's for each partition; None for none."""
+    limits = project_limits().partitions.get(task)
+    return limits.for_partition(partition) if limits and partition is not None else None
+
+
+def at_limit(use: LimitUse) -> bool:
+    """Whether a scope's limits allow no start now: all its slots taken, or its bucket empty."""
+    limit = use.limit
+    if limit is None:
+        return False
+    full = limit.max_concurrency is not None and use.running >= limit.max_concurrency
+    return full or (use.next_start_in or 0.0) > 0
+
+
+def held_reason(task: str, use: LimitUse | None, *, partition: str | None = None) -> str:
+    """Why a task of type `task` is held back, from its type's limit and use in its queue, or
+    those of its partition."""
+    whose = f"its partition {partition} of {task}" if partition is not None else f"its type {task}"
     if use is None or use.limit is None:
         return (
-            f"Held back by a limit its type {task} no longer has (the limits changed since): "
+            f"Held back by a limit {whose} no longer has (the limits changed since): "
             "the next claim from the queue lets it run."
         )
     limit, now = use.limit, []
@@ -633,11 +703,19 @@ def held_reason(task: str, use: LimitUse | None) -> str:
     wait = use.next_start_in or 0.0
     if wait > 0:
         now.append(f"next start allowed in {format_duration(wait)}")
-    now.append(f"{plural(use.held, 'task')} of its type held back")
-    full = limit.max_concurrency is not None and use.running >= limit.max_concurrency
-    at_limit = full or wait > 0
-    then = "" if at_limit else " Its limits allow a start now: the next claim from the queue lets it run."
-    return f"Held back by the limits of its type {task} ({limit.describe()}): {', '.join(now)}.{then}"
+    now.append(
+        f"{plural(use.held, 'task')} of {'its partition' if partition is not None else 'its type'} held back"
+    )
+    then = (
+        "" if at_limit(use) else " Its limits allow a start now: the next claim from the queue lets it run."
+    )
+    return f"Held back by the limits of {whose} ({limit.describe()}): {', '.join(now)}.{then}"
+
+
+def _queue_of(task: str | None) -> str | None:
+    """The queue a registered task type's tasks go to unless sent elsewhere; None if unknown."""
+    task_type = get_task_type(task) if task else None
+    return (task_type.options.get("queue") or get_settings().DEFAULT_QUEUE) if task_type else None
 
 
 def _by_queue(refs: Sequence[TaskRef]) -> dict[str, list[str]]:

@@ -21,6 +21,7 @@ task_retried = Signal()
 #: the worker's one decision that the task will not run again (`will_retry` in settle_failure).
 task_failed = Signal()
 #: A handler raised `Snooze`: the task runs again at `until` (epoch seconds, the Redis server's
-#: clock) without an attempt counted; also receives `seconds`, `hold_type` and `snoozed`, how
-#: many times the task has snoozed now.
+#: clock) without an attempt counted; also receives `seconds`, `hold_type`, `hold_partition`
+#: (whether its partition is held: never for a task without one) and `snoozed`, how many times
+#: the task has snoozed now.
 task_snoozed = Signal()

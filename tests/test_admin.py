@@ -323,7 +323,7 @@ def test_search_by_name_looks_at_the_top_of_the_list(broker, superuser_client, m
 
     assert row_ids(response) == mails + late_mail
     assert "3 of the first 5 pending tasks have a name containing" in text(response)
-    assert "Name search looks at the\n  5 tasks at the top of this list only" in text(response)
+    assert "Name and partition search looks at the\n  5 tasks at the top of this list only" in text(response)
     assert NAME_SEARCH_SCAN == 1000
 
 

@@ -314,6 +314,53 @@ def test_flow_control_on_the_dashboard_and_a_held_tasks_page(page, live_server, 
     screenshot(page, "held-task")
 
 
+#: A partitioned task type with limits for each partition and one partition it names.
+PARTITIONED_TYPE = "crm.tasks.sync_contacts"
+
+
+def test_flow_control_with_partitions_on_the_dashboard(page, live_server, broker):
+    from django_rtq import registry
+
+    registry.task(
+        name=PARTITIONED_TYPE,
+        queue="default",
+        partition_by="customer",
+        partition_max_concurrency=1,
+        partition_rate_limit="30/m",
+        partition_limits={"premium": {"max_concurrency": 3, "rate_limit": "120/m", "burst": 3}},
+    )(lambda customer: None)
+    try:
+        for customer, count in (("acme", 4), ("globex", 2), ("initech", 1), ("premium", 5)):
+            broker.enqueue(
+                [
+                    TaskMessage(
+                        id=f"sync-{customer}-{n}-{time.time_ns()}",
+                        task=PARTITIONED_TYPE,
+                        queue="default",
+                        partition=customer,
+                        enqueued_at=time.time(),
+                    )
+                    for n in range(count)
+                ]
+            )
+        broker.claim("default", worker_id="web-1:4242:1f2e3d4c", limit=20)
+
+        page.goto(url(live_server, "/admin/django_rtq/livetask/"))
+        table = page.locator("[data-flow-queue='default']")
+        each = table.locator(f"tr[data-task='{PARTITIONED_TYPE}'][data-partition='']")
+        assert "each partition" in each.inner_text() and "per partition" in each.inner_text()
+        acme = table.locator(f"tr[data-task='{PARTITIONED_TYPE}'][data-partition='acme']")
+        assert "partition acme" in acme.inner_text() and "1 of 1" in acme.inner_text()
+        assert acme.locator("a").inner_text() == "3"  # held back, linked to them
+        premium = table.locator(f"tr[data-task='{PARTITIONED_TYPE}'][data-partition='premium']")
+        assert "at most 3 running" in premium.inner_text() and "3 of 3" in premium.inner_text()
+        assert overflow(page) == 0, widest(page)
+        table.scroll_into_view_if_needed()
+        screenshot(page, "flow-control-partitions")
+    finally:
+        forget(PARTITIONED_TYPE)
+
+
 #: A limited task type with a long name (flow control: the dashboard's table, a held task's page).
 LONG_LIMITED_TYPE = "tests.wide." + "rate_limited_task_" * 12
 

@@ -352,6 +352,8 @@ def test_task_shows_every_field(rtq: Broker, clock: FakeClock):
         "debounce": "-",
         "debounce_key": "-",
         "merged_enqueues": "0",
+        "partition": "-",
+        "partition_weight": "1",
         "started_at": START,
         "failed_at": "2023-11-14 22:13:22 UTC",
         "worker": WORKER,

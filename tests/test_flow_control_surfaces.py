@@ -331,6 +331,9 @@ def test_queues_in_the_api_have_their_limits_and_use(limited: Broker, held, read
     expected = [
         {
             "scope": QUEUE_SCOPE,
+            "task": None,
+            "partition": None,
+            "label": "whole queue",
             "limit": {
                 "rate_limit": "100/m",
                 "burst": 10,
@@ -343,6 +346,9 @@ def test_queues_in_the_api_have_their_limits_and_use(limited: Broker, held, read
         },
         {
             "scope": PAY,
+            "task": PAY,
+            "partition": None,
+            "label": PAY,
             "limit": {
                 "rate_limit": None,
                 "burst": None,
@@ -355,6 +361,9 @@ def test_queues_in_the_api_have_their_limits_and_use(limited: Broker, held, read
         },
         {
             "scope": SEND,
+            "task": SEND,
+            "partition": None,
+            "label": SEND,
             "limit": {"rate_limit": "1/m", "burst": 1, "max_concurrency": None, "description": "1/m"},
             "running": 0,
             "held": 1,
@@ -449,7 +458,7 @@ def test_the_metrics_have_each_scopes_running_and_held_tasks(limited: Broker, he
     samples = {
         family.name: {(s.labels["queue"], s.labels["scope"]): s.value for s in family.samples}
         for family in text_string_to_metric_families(response.content.decode())
-        if family.name.startswith("rtq_limit_")
+        if family.name in ("rtq_limit_running", "rtq_limit_held")
     }
     samples = {
         name: {k: v for k, v in values.items() if k[0] in (Q, OTHER_Q)} for name, values in samples.items()

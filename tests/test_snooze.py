@@ -18,7 +18,7 @@ from django_rtq.backends import TaskResultStatus
 from django_rtq.broker import Broker, TaskMessage, TaskState
 from django_rtq.broker.attempt import AttemptInfo
 from django_rtq.broker.inspect import Inspector
-from django_rtq.broker.limits import HELD_BASE, FlowLimits, Limit
+from django_rtq.broker.limits import HELD_BASE, FlowLimits, Limit, PartitionLimits, partition_scope
 from django_rtq.broker.snoozing import held_types
 from django_rtq.exceptions import MAX_SNOOZE_SECONDS
 from django_rtq.operations import Operations
@@ -51,13 +51,20 @@ def ids(claimed) -> list[str]:
     return [task.id for task in claimed]
 
 
-def snoozed(broker: Broker, claimed, seconds: float, *, hold_type: bool = False, max_snoozes: int = 100):
+def snoozed(
+    broker: Broker,
+    claimed,
+    seconds: float,
+    *,
+    hold_type: bool = False,
+    hold_partition: bool = False,
+    max_snoozes: int = 100,
+):
     """Settle a claimed task as the settler does when its handler raised Snooze."""
     raw = claimed.raw_message
     message = TaskMessage.from_json(raw, id=claimed.id, queue=EMAILS)
-    failure = Failure(
-        claimed=claimed, message=message, error=Snooze(seconds, hold_type=hold_type), started_at=START_TIME
-    )
+    request = Snooze(seconds, hold_type=hold_type, hold_partition=hold_partition)
+    failure = Failure(claimed=claimed, message=message, error=request, started_at=START_TIME)
     return settle_snooze(broker, failure, worker_id=WORKER, max_snoozes=max_snoozes)
 
 
@@ -80,6 +87,13 @@ def test_snooze_keeps_its_seconds_and_whether_it_holds_its_type():
     request = Snooze(30, hold_type=True)
     assert (request.seconds, request.hold_type) == (30.0, True)
     assert "30s" in str(request) and Snooze(0).hold_type is False
+
+
+def test_a_snooze_holding_its_type_holds_its_partitions_with_it():
+    assert Snooze(30, hold_partition=True).hold_partition is True
+    request = Snooze(30, hold_type=True, hold_partition=True)
+    assert (request.hold_type, request.hold_partition) == (True, False)
+    assert "(its partition held)" in str(Snooze(5, hold_partition=True))
 
 
 # The broker (the snooze script, the claim's holds), on a clock the test moves
@@ -212,6 +226,70 @@ def test_a_snooze_without_hold_holds_nothing_and_the_claim_stays_plain(any_broke
     assert len(claimed) == 1 and claimed.wait is None
     queue = any_broker.queue(EMAILS)
     assert not any_broker.client.exists(queue.holds, queue.held)
+
+
+@pytest.mark.parametrize("each", [None, Limit(max_concurrency=5)], ids=["no-limits", "partition-limits"])
+def test_a_partition_hold_keeps_that_partition_back_and_the_others_run(any_broker, clock, each):
+    flow = FlowLimits(types={}, queues={}, partitions={PAY: PartitionLimits(each=each)} if each else {})
+    any_broker.limits = lambda: flow
+    add(any_broker, PAY, partition="acme")
+    (first,) = claim(any_broker, limit=1)
+    sent = []
+
+    def receiver(sender, **kwargs):
+        sent.append(kwargs)
+
+    signals.task_snoozed.connect(receiver)
+    try:
+        snoozed(any_broker, first, 30, hold_partition=True)
+    finally:
+        signals.task_snoozed.disconnect(receiver)
+    assert [(s["hold_type"], s["hold_partition"]) for s in sent] == [(False, True)]
+    assert held_types(any_broker, EMAILS) == {partition_scope(PAY, "acme"): clock.ms(30)}
+    acme = add(any_broker, PAY, 2, partition="acme")
+    beta = add(any_broker, PAY, 2, partition="beta")
+    plain = add(any_broker, PAY)
+
+    claimed = claim(any_broker)
+    assert sorted(ids(claimed)) == sorted([*beta, *plain])  # the type's other partitions run
+    assert claimed.wait == pytest.approx(30, abs=0.002)  # the worker claims again when it ends
+    held = Inspector(any_broker).get_task(acme[0], EMAILS)
+    assert held.held and Operations(broker=any_broker).held_reason(held) == (
+        f"Held back for 30s more: a task of its partition acme of {PAY} snoozed holding its "
+        "partition (Snooze(hold_partition=True)), and none of the partition starts in the queue "
+        "before then."
+    )
+    clock.advance(29.9)
+    assert ids(claim(any_broker)) == []
+
+    clock.advance(0.1)
+    any_broker.forward(EMAILS)
+    assert sorted(ids(claim(any_broker))) == sorted([*acme, first.id])
+    assert held_types(any_broker, EMAILS) == {}
+
+
+def test_a_partition_hold_shows_in_the_flow_control_use(any_broker, clock):
+    no_limits(any_broker)
+    add(any_broker, PAY, partition="acme")
+    (first,) = claim(any_broker, limit=1)
+    snoozed(any_broker, first, 30, hold_partition=True)
+    add(any_broker, PAY, 2, partition="acme")
+    claim(any_broker)
+    (use,) = Inspector(any_broker).limit_use(EMAILS, {})
+    assert (use.task, use.partition, use.held, use.running) == (PAY, "acme", 2, 0)
+    assert use.label == f"{PAY} · partition acme"
+
+
+def test_a_task_without_a_partition_holding_its_partition_holds_nothing_else(any_broker, clock, caplog):
+    no_limits(any_broker)
+    add(any_broker, PAY, 3)
+    (first,) = claim(any_broker, limit=1)
+    with caplog.at_level(logging.WARNING, "django_rtq.worker.snoozing"):
+        assert snoozed(any_broker, first, 30, hold_partition=True) == TaskState.SCHEDULED
+    assert "has no partition" in caplog.text and first.id in caplog.text
+    assert held_types(any_broker, EMAILS) == {}
+    assert len(claim(any_broker)) == 2  # the type's other tasks run
+    assert any_broker.client.zscore(any_broker.queue(EMAILS).scheduled, first.id) == clock.ms(30)
 
 
 def test_a_held_type_is_never_handed_to_an_idle_worker(broker):

@@ -109,7 +109,10 @@ def describe_limit_use(use: LimitUse) -> dict[str, Any]:
     limit = use.limit
     return {
         "scope": use.scope,
+        "task": use.task,
+        "partition": use.partition,
         "is_queue": use.scope == QUEUE_SCOPE,
+        "each_partition": use.partition == "",  # the limits each partition has: no use of its own
         "limit": limit.describe() if limit else None,
         "running": use.running,
         "max_concurrency": limit.max_concurrency if limit else None,

@@ -156,17 +156,22 @@ def task_list(request: HttpRequest, model_admin: ModelAdmin, ops: Operations, st
             return HttpResponseRedirect(task_url(model_admin, found.id, found.queue))
 
     name = request.GET.get("name", "").strip()
+    partition = request.GET.get("partition", "").strip()
+    searching = bool(name or partition)
     per_page = page_size(request.GET.get("per_page"))
     orders = ORDER_LABELS.get(task_state, ("oldest first", "newest first"))
     reverse = request.GET.get("order") == "reverse"
-    if name:
-        object_list: Any = ops.search_by_name(queue, task_state, name, scan=NAME_SEARCH_SCAN)
+    if searching:
+        object_list: Any = ops.search_by_name(
+            queue, task_state, name, partition=partition or None, scan=NAME_SEARCH_SCAN
+        )
     else:
         object_list = TaskList(ops, queue, task_state, total=counts[queue], reverse=reverse)
     page = Paginator(object_list, per_page).get_page(request.GET.get("page"))
     base_query = {
         "queue": queue,
         "name": name,
+        "partition": partition,
         "per_page": per_page if per_page != PER_PAGE else None,
         "order": "reverse" if reverse else None,
     }
@@ -192,6 +197,8 @@ def task_list(request: HttpRequest, model_admin: ModelAdmin, ops: Operations, st
         total=counts[queue],
         waiting_for_worker=waiting_group(model_admin, queue, ops.waiting_for_worker(queue)),
         name=name,
+        partition=partition,
+        searching=searching,
         task_id=task_id,
         scan_limit=NAME_SEARCH_SCAN,
         page=page,
@@ -223,7 +230,7 @@ def task_list(request: HttpRequest, model_admin: ModelAdmin, ops: Operations, st
             )
             for label, is_reverse in zip(orders, (False, True), strict=True)
         ]
-        if not name
+        if not searching
         else [],
         can_empty=Action.DELETE in [offer.action for offer in offers(task_state, bulk=True)],
         time_label=STATE_TIME_LABELS.get(task_state),

@@ -218,8 +218,12 @@ class TaskSerializer(serializers.Serializer):
     worker = serializers.CharField(allow_null=True)
     held_back = serializers.CharField(
         allow_null=True,
-        help_text="Why a pending task is held back by its type's flow-control limits (with their "
-        "use now); null if it is not.",
+        help_text="Why a pending task is held back by its type's (or its partition's) flow-control "
+        "limits (with their use now); null if it is not.",
+    )
+    partition = serializers.SerializerMethodField(
+        help_text="The partition whose turn the task takes (docs/partitions.md); null for none, or "
+        "once it has finished."
     )
     snoozed = serializers.IntegerField(
         help_text="How many times its handler snoozed it (raised Snooze: run again later, no attempt "
@@ -229,6 +233,10 @@ class TaskSerializer(serializers.Serializer):
         help_text="A debounced task's window (seconds), key, and the enqueues merged into it "
         "(docs/debounce.md); null if it is not debounced, or finished."
     )
+
+    def get_partition(self, view: Any) -> str | None:
+        message = getattr(view, "message", None)
+        return None if message is None else message.partition
 
     def get_debounce(self, view: Any) -> DebounceFacts | None:
         message = getattr(view, "message", None)
@@ -313,7 +321,20 @@ class LimitSerializer(serializers.Serializer):
 
 
 class LimitUseSerializer(serializers.Serializer):
-    scope = serializers.CharField(help_text="A task type's name, or \"*\" for the queue's own limit.")
+    scope = serializers.CharField(
+        help_text='A task type\'s name, "*" for the queue\'s own limit, "<task>\\u0002<partition>" for '
+        'a partition\'s, "<task>\\u0002" for the limits each partition of the type has.'
+    )
+    task = serializers.CharField(
+        allow_null=True, help_text="The scope's task type; null for the queue's own."
+    )
+    partition = serializers.CharField(
+        allow_null=True,
+        allow_blank=True,
+        help_text="The scope's partition; \"\" for the limits each partition has; null for a type's or "
+        "the queue's own.",
+    )
+    label = serializers.CharField(help_text='For people: "whole queue", "crm.tasks.sync · partition acme".')
     limit = LimitSerializer(
         allow_null=True,
         help_text="The limit in force; null when only its use is left (a removed limit, draining).",

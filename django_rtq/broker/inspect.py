@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,7 +19,16 @@ from .attempt import AttemptInfo
 from .broker import Broker, utc_day
 from .claims import PARKED_BASE
 from .errors import translate_errors
-from .limits import HELD_BASE, QUEUE_SCOPE, Limit, bucket_tokens
+from .limits import (
+    HELD_BASE,
+    PARTITION_SEPARATOR,
+    QUEUE_SCOPE,
+    Limit,
+    bucket_tokens,
+    partition_scope,
+    scope_label,
+    split_scope,
+)
 from .message import TaskMessage
 from .states import TaskState
 from .timings import Histogram, histograms
@@ -122,11 +131,28 @@ class TaskInfo:
 class LimitUse:
     """One flow-control scope of a queue: its limit and how much of it is used now."""
 
-    scope: str  # a task type's name, or QUEUE_SCOPE ("*") for the queue's own limit
+    # a task type's name, QUEUE_SCOPE ("*") for the queue's own limit, "<task>\2<partition>" for a
+    # partition's, "<task>\2" for the limits each partition of a type has (no use of its own)
+    scope: str
     limit: Limit | None  # None when only use is left: a previous deploy's limit, still draining
     running: int  # concurrency slots its active tasks hold
     held: int  # its tasks held back (always 0 for the queue's scope: it caps claims instead)
     tokens: float | None  # starts its rate limit allows at once now; None without a rate limit
+
+    @property
+    def task(self) -> str | None:
+        """The task type whose scope it is (its partitions' included); None for the queue's own."""
+        return split_scope(self.scope)[0]
+
+    @property
+    def partition(self) -> str | None:
+        """The partition whose scope it is; "" for the limits each partition has; None for others."""
+        return split_scope(self.scope)[1]
+
+    @property
+    def label(self) -> str:
+        """The scope for people ("crm.tasks.sync · partition acme"): see `scope_label`."""
+        return scope_label(self.scope)
 
     @property
     def in_use(self) -> bool:
@@ -139,6 +165,9 @@ class LimitUse:
         limit = self.limit
         return {
             "scope": self.scope,
+            "task": self.task,
+            "partition": self.partition,
+            "label": self.label,
             "limit": {
                 "rate_limit": limit.rate_limit,
                 "burst": limit.burst if limit.rate is not None else None,
@@ -267,12 +296,17 @@ class Inspector:
         return infos
 
     def limit_use(self, queue: str, limits: Mapping[str, Limit]) -> list[LimitUse]:
-        """The flow-control scopes of a queue, the queue's own first, then task types by name:
-        each scope of `limits` (the limits in force) and each with use left in Redis (slots held,
-        a bucket, tasks held back) without a limit in force any more. One pipelined round trip,
-        plus one per type holding tasks back that `limits` does not name."""
+        """The flow-control scopes of a queue, the queue's own first, then task types by name (each
+        followed by its partitions'): each scope of `limits` (the limits in force) and each with use
+        left in Redis (slots held, a bucket, tasks held back) without a limit in force any more. A
+        partition's scope has its own limit if its type names it, else the type's for each
+        partition. One pipelined round trip; when tasks are held in scopes `limits` does not name,
+        one more to count those of the scopes in use (slots held, a bucket refilling: a partition's,
+        say), then one per other scope holding tasks back (up to HELD_TYPES_SCAN)."""
         qk = self.broker.queue(queue)
         types = [scope for scope in limits if scope != QUEUE_SCOPE]
+        # The broker's clock, not the Redis server's that stamps the buckets: a few ms apart.
+        now_ms = self.broker.now_ms()
         with translate_errors():
             pipe = self.client.pipeline(transaction=False)
             pipe.hgetall(qk.running)
@@ -282,14 +316,27 @@ class Inspector:
                 pipe.zlexcount(qk.held, *_held_range(scope))
             running, buckets, held_total, *counts = pipe.execute()
             held = dict(zip(types, counts, strict=True))
-            if held_total > sum(counts):
-                held.update(self._held_by_other_types(qk.held, set(types), held_total - sum(counts)))
-        # The broker's clock, not the Redis server's that stamps the buckets: a few ms apart.
-        now_ms = self.broker.now_ms()
+            if held_total > sum(held.values()):
+                in_use = [
+                    scope
+                    for scope in {*running, *buckets}
+                    if scope not in held
+                    and scope != QUEUE_SCOPE
+                    and (scope in running or _refilling(buckets[scope], _limit_of(scope, limits), now_ms))
+                ]
+                pipe = self.client.pipeline(transaction=False)
+                for scope in in_use:
+                    pipe.zlexcount(qk.held, *_held_range(scope))
+                held.update(zip(in_use, pipe.execute() if in_use else [], strict=True))
+            if held_total > sum(held.values()):
+                held.update(self._held_by_other_types(qk.held, set(held), held_total - sum(held.values())))
         scopes = {*limits, *running, *buckets, *(scope for scope, count in held.items() if count)}
         records = []
         for scope in sorted(scopes, key=lambda scope: (scope != QUEUE_SCOPE, scope)):
-            limit = limits.get(scope)
+            limit = _limit_of(scope, limits)
+            if split_scope(scope)[1] == "":  # the limits each partition has: shown, never used itself
+                records.append(LimitUse(scope=scope, limit=limit, running=0, held=0, tokens=None))
+                continue
             records.append(
                 LimitUse(
                     scope=scope,
@@ -300,6 +347,33 @@ class Inspector:
                 )
             )
         return records
+
+    def scope_use(self, queue: str, scope: str, limit: Limit | None) -> LimitUse:
+        """The use of one flow-control scope of a queue under `limit` (a partition's that
+        `limit_use` did not walk to, say): one pipelined round trip."""
+        qk = self.broker.queue(queue)
+        with translate_errors():
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hget(qk.running, scope)
+            pipe.hget(qk.buckets, scope)
+            pipe.zlexcount(qk.held, *_held_range(scope))
+            running, bucket, held = pipe.execute()
+        tokens = bucket_tokens(bucket, limit, self.broker.now_ms()) if limit else None
+        return LimitUse(scope=scope, limit=limit, running=_whole(running), held=held, tokens=tokens)
+
+    def held_in_partitions(self, queue: str, tasks: Iterable[str]) -> dict[str, int]:
+        """How many tasks of each of `tasks` their partition's limits (or a snooze holding their
+        partition) hold back in a queue, all partitions summed, exactly: one pipelined round trip
+        whatever their number (`limit_use` counts partitions one by one, HELD_TYPES_SCAN at most)."""
+        names = sorted(set(tasks))
+        if not names:
+            return {}
+        key = self.broker.queue(queue).held
+        with translate_errors():
+            pipe = self.client.pipeline(transaction=False)
+            for task in names:
+                pipe.zlexcount(key, *_partitions_held_range(task))
+            return dict(zip(names, pipe.execute(), strict=True))
 
     def _held_by_other_types(self, key: str, known: set[str], missing: int) -> dict[str, int]:
         """Count the `missing` held tasks of types in the held index but not in `known`, walking
@@ -382,10 +456,17 @@ class Inspector:
         return sum(size or 0 for size in sizes)
 
     def search_by_name(
-        self, queue: str, state: TaskState | str, text: str, *, scan: int = NAME_SEARCH_SCAN
+        self,
+        queue: str,
+        state: TaskState | str,
+        text: str,
+        *,
+        partition: str | None = None,
+        scan: int = NAME_SEARCH_SCAN,
     ) -> list[TaskInfo]:
         """Return the tasks among the first `scan` of a list (in `list_tasks` order) whose task
-        name contains `text`, ignoring case. Bounded on purpose: it reads `scan` messages."""
+        name contains `text`, ignoring case, and, given a `partition`, that are of that partition.
+        Bounded on purpose: it reads `scan` messages."""
         state = TaskState(state)
         qk = self.broker.queue(queue)
         needle = text.casefold()
@@ -397,10 +478,13 @@ class Inspector:
         matches = []
         for (task_id, score), raw in zip(ids_scores, raws, strict=True):
             try:
-                name = json.loads(raw).get("task") if raw else None
+                stored = json.loads(raw) if raw else {}
+                name, its_partition = stored.get("task"), stored.get("partition")
             except (ValueError, AttributeError):
-                name = None
-            if isinstance(name, str) and needle in name.casefold():
+                name, its_partition = None, None
+            if not isinstance(name, str) or needle not in name.casefold():
+                continue
+            if partition is None or its_partition == partition:
                 matches.append((task_id, score))
         return self._load(queue, state, matches)
 
@@ -509,6 +593,27 @@ def _began_at(run: str | None, began: str | None) -> float | None:
 def _held_range(task: str) -> tuple[str, str]:
     """The ZRANGEBYLEX bounds of a task type's entries in a queue's held index."""
     return f"[{task}\0", f"({task}\1"
+
+
+def _limit_of(scope: str, limits: Mapping[str, Limit]) -> Limit | None:
+    """A scope's limit among `limits`: a partition the type does not name has the type's for
+    each partition."""
+    limit = limits.get(scope)
+    task, partition = split_scope(scope)
+    if limit is None and partition and task is not None:
+        limit = limits.get(partition_scope(task))
+    return limit
+
+
+def _refilling(raw: str, limit: Limit | None, now_ms: int) -> bool:
+    """Whether a bucket is not full: its rate limit may be what holds its scope's tasks back."""
+    tokens = bucket_tokens(raw, limit, now_ms) if limit else None
+    return limit is not None and tokens is not None and tokens < limit.burst
+
+
+def _partitions_held_range(task: str) -> tuple[str, str]:
+    """The ZRANGEBYLEX bounds of the entries of every partition of a task type in a held index."""
+    return f"[{partition_scope(task)}", f"({task}{chr(ord(PARTITION_SEPARATOR) + 1)}"
 
 
 def _whole(value: str | None) -> int:

@@ -117,6 +117,27 @@ def partition_scope(task: str, partition: str = "") -> str:
     return f"{task}{PARTITION_SEPARATOR}{partition}"
 
 
+def split_scope(scope: str) -> tuple[str | None, str | None]:
+    """A scope's task type and partition: (None, None) for the queue's own, (task, None) for a
+    type's, (task, partition) for a partition's, (task, "") for the limits each partition has."""
+    if scope == QUEUE_SCOPE:
+        return None, None
+    task, separator, partition = scope.partition(PARTITION_SEPARATOR)
+    return task, (partition if separator else None)
+
+
+def scope_label(scope: str, name: Callable[[str], str] = str) -> str:
+    """A scope for people, the same on every surface: "whole queue", "crm.tasks.sync",
+    "crm.tasks.sync · partition acme", "crm.tasks.sync · each partition"; `name` writes the task's
+    and the partition's names (the admin cuts each to its box)."""
+    task, partition = split_scope(scope)
+    if task is None:
+        return "whole queue"
+    if partition is None:
+        return name(task)
+    return f"{name(task)} · " + (f"partition {name(partition)}" if partition else "each partition")
+
+
 @dataclass(frozen=True)
 class FlowLimits:
     """Every limit a project sets: per task type (they apply in whichever queue its tasks are),

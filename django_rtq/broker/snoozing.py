@@ -21,9 +21,10 @@ def snooze(
     hold_task: str | None = None,
 ) -> int | None:
     """Move a task whose handler raised Snooze to scheduled, due `delay_ms` from now on the
-    Redis server's clock, with `info` as its attempt facts; with `hold_task`, no task of that
-    type starts in the queue before then (snooze.lua). Return when it is due (ms), or None when
-    the snooze came late (a newer run of the task has started, or it is gone)."""
+    Redis server's clock, with `info` as its attempt facts; with `hold_task` (a type's name, or a
+    partition's scope: `partition_scope`), no task of that type, or partition, starts in the queue
+    before then (snooze.lua). Return when it is due (ms), or None when the snooze came late (a
+    newer run of the task has started, or it is gone)."""
     now_ms = broker.now_ms()
     qk = broker.queue(queue)
     keys = [
@@ -46,8 +47,8 @@ def snooze(
 
 
 def held_types(broker: Broker, queue: str) -> dict[str, int]:
-    """The task types a snooze holds in a queue, with until when (ms; the server's clock), those
-    that have ended included until a claim drops them."""
+    """The task types (and partitions' scopes) a snooze holds in a queue, with until when (ms;
+    the server's clock), those that have ended included until a claim drops them."""
     with translate_errors():
         raw = broker.client.hgetall(broker.queue(queue).holds)
     return {task: int(until) for task, until in raw.items() if until.isdigit()}

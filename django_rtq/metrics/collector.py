@@ -43,6 +43,9 @@ class RTQCollector(Collector):
             stats = [self.ops.queue_stats(name) for name in self.ops.queues()]
             timings = {s.queue: self.ops.task_timings(s.queue) for s in stats}
             limits = {s.queue: self.ops.flow_control(s.queue) for s in stats}
+            held_in_partitions = {
+                queue: self.ops.held_in_partitions(queue, uses) for queue, uses in limits.items()
+            }
             waiting = {s.queue: self.ops.waiting_for_worker(s.queue) for s in stats}
             workers = self.ops.workers()
             day_started = self.ops.now() // SECONDS_PER_DAY * SECONDS_PER_DAY
@@ -52,7 +55,7 @@ class RTQCollector(Collector):
         yield GaugeMetricFamily("rtq_redis_up", REDIS_UP_HELP, 1)
         yield from queue_metrics(stats, day_started)
         yield from timing_metrics(timings)
-        yield from limit_metrics(limits)
+        yield from limit_metrics(limits, held_in_partitions)
         yield from waiting_metrics(waiting)
         yield from worker_metrics(workers, [s.queue for s in stats])
 
@@ -128,8 +131,18 @@ def timing_metrics(timings: dict[str, tuple[list[Histogram], list[Histogram]]]) 
     yield from (ran, waited)
 
 
-def limit_metrics(limits: dict[str, list[LimitUse]]) -> Iterator[Metric]:
-    """The flow-control families, per queue and scope (a task type, or "*" for the queue's own)."""
+def limit_metrics(
+    limits: dict[str, list[LimitUse]], held_in_partitions: dict[str, dict[str, int]]
+) -> Iterator[Metric]:
+    """The flow-control families, per queue and scope (a task type, or "*" for the queue's own),
+    and per queue and task type for its partitions' scopes, summed.
+
+    A type's partitions are not a label of their own: a project may partition by tenant, and one
+    series per tenant would grow Prometheus without bound. Their use is summed per type instead:
+    the slots their running tasks hold (every partition's, from the queue's `running` hash) and
+    the tasks they hold back (counted in the held index per type: exact, however many partitions
+    hold some). The admin's flow-control table, `rtq_stats` and the API list each partition with
+    tasks running or held."""
     running = GaugeMetricFamily(
         "rtq_limit_running",
         "Concurrency slots held in a flow-control scope of the queue: its running tasks.",
@@ -140,11 +153,29 @@ def limit_metrics(limits: dict[str, list[LimitUse]]) -> Iterator[Metric]:
         "Pending tasks of a task type held back by its flow-control limits (0 for the queue's own).",
         labels=["queue", "scope"],
     )
+    partitions_running = GaugeMetricFamily(
+        "rtq_limit_partitions_running",
+        "Concurrency slots held in the flow-control scopes of a task type's partitions, summed.",
+        labels=["queue", "task"],
+    )
+    partitions_held = GaugeMetricFamily(
+        "rtq_limit_partitions_held",
+        "Pending tasks of a task type held back by their partition's limits (or a snooze holding "
+        "their partition), every partition summed.",
+        labels=["queue", "task"],
+    )
     for queue, uses in sorted(limits.items()):
+        slots: dict[str, int] = dict.fromkeys(held_in_partitions.get(queue, {}), 0)
         for use in uses:
-            running.add_metric([queue, use.scope], use.running)
-            held.add_metric([queue, use.scope], use.held)
-    yield from (running, held)
+            if use.partition is None:
+                running.add_metric([queue, use.scope], use.running)
+                held.add_metric([queue, use.scope], use.held)
+            elif use.task:
+                slots[use.task] = slots.get(use.task, 0) + use.running
+        for task, count in sorted(slots.items()):
+            partitions_running.add_metric([queue, task], count)
+            partitions_held.add_metric([queue, task], held_in_partitions.get(queue, {}).get(task, 0))
+    yield from (running, held, partitions_running, partitions_held)
 
 
 def waiting_metrics(waiting: dict[str, list[WaitingKind]]) -> Iterator[Metric]:

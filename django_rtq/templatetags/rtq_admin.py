@@ -9,9 +9,10 @@ from typing import Any
 from django import template
 from django.utils import timezone
 from django.utils.html import format_html
-from django.utils.safestring import SafeString
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince, timeuntil
 
+from ..broker.limits import scope_label
 from ..formats import django_datetime
 
 register = template.Library()
@@ -94,6 +95,13 @@ def rtq_short(value: Any) -> SafeString | str:
     if value is None or value == "":
         return ""
     return format_html('<span class="rtq-trunc" title="{}">{}</span>', value, value)
+
+
+@register.filter
+def rtq_scope(scope: str) -> SafeString:
+    """A flow-control scope as `scope_label` words it, the task's and the partition's names each
+    cut to its box (a partition's name is what tells its rows apart)."""
+    return mark_safe(scope_label(scope, name=lambda part: str(rtq_short(part))))  # parts escaped
 
 
 def pretty_json(value: Any) -> str:

@@ -177,6 +177,8 @@ def waiting_row(kind: WaitingKind, now: float) -> tuple[object, ...]:
 
 def limit_row(use: LimitUse) -> tuple[object, ...]:
     limit = use.limit
+    if use.partition == "":  # the limits each partition has: no use of its own
+        return (use.label, limit.describe() if limit else "(none now: draining)", None, None, None)
     running: object = use.running
     if limit and limit.max_concurrency is not None:
         running = f"{use.running} of {limit.max_concurrency}"
@@ -184,7 +186,7 @@ def limit_row(use: LimitUse) -> tuple[object, ...]:
     if use.tokens is not None and limit is not None:
         tokens = f"{use.tokens:.1f} of {limit.burst}"
     return (
-        "(whole queue)" if use.scope == QUEUE_SCOPE else use.scope,
+        "(whole queue)" if use.scope == QUEUE_SCOPE else use.label,
         limit.describe() if limit else "(none now: draining)",
         running,
         None if use.scope == QUEUE_SCOPE else use.held,
