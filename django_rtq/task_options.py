@@ -117,7 +117,8 @@ def _check_limited_name(task_name: str) -> None:
 
 
 def partition_limits(options: dict[str, Any], task_name: str) -> PartitionLimits | None:
-    """The limits a task type's options set for its partitions; ImproperlyConfigured if invalid."""
+    """The limits a task type's options set for its partitions (None when they set none, weights
+    aside); ImproperlyConfigured if invalid."""
     where = f"Task {task_name!r}"
     each_options = {name: options.get(f"partition_{name}") for name in LIMIT_OPTIONS}
     named_options = options.get("partition_limits") or {}
@@ -146,6 +147,8 @@ def partition_limits(options: dict[str, Any], task_name: str) -> PartitionLimits
                 named[partition] = limit
     except (ValueError, InvalidTask) as exc:
         raise ImproperlyConfigured(str(exc)) from None
+    if each is None and not named:
+        return None  # weights alone: they order the tasks at enqueue, and limit no claim
     return PartitionLimits(each=each, named=named)
 
 

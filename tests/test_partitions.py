@@ -343,3 +343,37 @@ def test_check_warns_of_partition_limits_without_a_way_to_name_partitions(define
     warned = [m.obj for m in checks.run_checks(tags=["django_rtq"]) if m.id == "django_rtq.W015"]
 
     assert warned == ["tests.partitions.unnamed"]
+
+
+def test_weights_alone_put_no_limit_on_the_claims(define):
+    from django_rtq.flow_control import project_limits
+
+    sync = define(
+        "tests.partitions.weights_only",
+        sync_customer,
+        partition_by="customer_id",
+        partition_limits={"gold": {"weight": 4}},
+    )
+
+    assert sync.partition_limits is None
+    assert sync.prepare("gold").partition_weight == 4
+    assert "tests.partitions.weights_only" not in project_limits().partitions
+
+
+def test_the_claims_drop_the_full_buckets_of_partitions_gone_quiet(any_broker, clock):
+    use(any_broker, each=Limit(rate=1, period=1.0))
+    buckets = any_broker.queue(EMAILS).buckets
+    started = [add(any_broker, 1, f"tenant-{n}")[0] for n in range(30)]
+    assert sorted(claim(any_broker, 30)) == sorted(started)
+    assert any_broker.client.hlen(buckets) == 30  # each partition took its token
+    waiting = add(any_broker, 1, "tenant-0")  # its bucket is empty: it must wait its second
+    assert claim(any_broker, 10) == []
+
+    clock.advance(2)  # every bucket full again: the same as none
+    claims = 0
+    while any_broker.client.hlen(buckets) > 1 and claims < 60:
+        claim(any_broker, 10)
+        claims += 1
+
+    assert any_broker.client.hlen(buckets) <= 1, claims  # at most tenant-0's, spent again
+    assert waiting[0] in any_broker.client.zrange(any_broker.queue(EMAILS).active, 0, -1)

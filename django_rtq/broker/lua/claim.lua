@@ -477,6 +477,32 @@ local function read_holds()
   if #ended > 0 then call_for_all('HDEL', fc.holds, ended) end
 end
 
+-- A rate-limited partition's bucket stays in `buckets` after its tasks are done, and tenants come
+-- and go. A full bucket is the same as none: a claim drops the full ones among BUCKET_SAMPLE
+-- fields picked at random (only when some partition has a rate limit, so that it is bounded work).
+local BUCKET_SAMPLE = 10
+local function drop_full_buckets()
+  local rated = false
+  for scope, lim in pairs(fc.limits) do
+    if type(lim) == 'table' and lim.r and string.find(scope, '\2', 1, true) then
+      rated = true
+      break
+    end
+  end
+  if not rated then return end
+  local sample = redis.call('HRANDFIELD', fc.buckets, BUCKET_SAMPLE)
+  local full = {}
+  for _, scope in ipairs(sample) do
+    if string.find(scope, '\2', 1, true) and not fc.spent[scope] then
+      local lim = limit_of(scope)
+      if type(lim) == 'table' and lim.r and tokens(scope, lim) >= lim.b and not fc.spent[scope] then
+        full[#full + 1] = scope
+      end
+    end
+  end
+  if #full > 0 then call_for_all('HDEL', fc.buckets, full) end
+end
+
 local function save_use()
   for scope in pairs(fc.spent) do
     redis.call('HSET', fc.buckets, scope, string.format('%.6f:%d', fc.tokens[scope], now))
@@ -535,6 +561,7 @@ else
       if want > #ids then release_held(want - #ids) end
       for _, id in ipairs(take_under_limits(want - #ids, #ids)) do ids[#ids + 1] = id end
     end
+    drop_full_buckets()
     save_use()
   end
   if fc.thread_bound and claimable_count(pending) == 0 then fc.thread_bound = false end
