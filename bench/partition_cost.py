@@ -33,7 +33,7 @@ import redis
 
 # bench/ is first on sys.path when this runs as a script
 from debounce import git, script_source
-from snooze import DEFAULT_REDIS_URL, QUEUE, REPO_ROOT, TASK, delete_keys
+from snooze import DEFAULT_REDIS_URL, QUEUE, REPO_ROOT, TASK, delete_keys, timed_claims
 
 PARTITIONS = 100
 WAYS = (
@@ -93,15 +93,7 @@ def run_round(broker, args, partitioned: bool) -> tuple[float, float, int]:
         t0 = time.perf_counter()
         broker.enqueue(messages)
         enqueue_spent += time.perf_counter() - t0
-    claim_spent, claims, claimed = 0.0, 0, 0
-    while claimed < args.tasks:
-        t0 = time.perf_counter()
-        got = broker.claim(QUEUE, worker_id="bench-worker", limit=args.batch)
-        claim_spent += time.perf_counter() - t0
-        claims += 1
-        claimed += len(got)
-        if not got:
-            raise RuntimeError(f"only {claimed} of {args.tasks} tasks were claimed")
+    claim_spent, claims = timed_claims(broker, args.tasks, args.batch)
     return enqueue_spent, claim_spent, claims
 
 

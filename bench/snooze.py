@@ -70,15 +70,21 @@ def claim_all(broker, args) -> tuple[float, int]:
             TaskMessage(id=uuid.uuid4().hex, task=TASK, queue=QUEUE, enqueued_at=now) for _ in range(count)
         ]
         broker.enqueue(messages)
+    return timed_claims(broker, args.tasks, args.batch)
+
+
+def timed_claims(broker, tasks: int, batch: int) -> tuple[float, int]:
+    """Claim `tasks` pending tasks of QUEUE, `batch` at a time; return the seconds the claims
+    took, and how many claims."""
     spent, claims, claimed = 0.0, 0, 0
-    while claimed < args.tasks:
+    while claimed < tasks:
         t0 = time.perf_counter()
-        got = broker.claim(QUEUE, worker_id="bench-worker", limit=args.batch)
+        got = broker.claim(QUEUE, worker_id="bench-worker", limit=batch)
         spent += time.perf_counter() - t0
         claims += 1
         claimed += len(got)
         if not got:
-            raise RuntimeError(f"only {claimed} of {args.tasks} tasks were claimed")
+            raise RuntimeError(f"only {claimed} of {tasks} tasks were claimed")
     return spent, claims
 
 
