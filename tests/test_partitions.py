@@ -377,3 +377,16 @@ def test_the_claims_drop_the_full_buckets_of_partitions_gone_quiet(any_broker, c
 
     assert any_broker.client.hlen(buckets) <= 1, claims  # at most tenant-0's, spent again
     assert waiting[0] in any_broker.client.zrange(any_broker.queue(EMAILS).active, 0, -1)
+
+
+def test_partition_limits_run_on_fakeredis_too():
+    """The testing helpers run the scripts on fakeredis, which answers HRANDFIELD and
+    ZRANDMEMBER of a missing key with nil (Redis: an empty list)."""
+    import fakeredis
+
+    broker = Broker(fakeredis.FakeRedis(decode_responses=True), prefix="rtqfake")
+    use(broker, each=Limit(rate=1, period=1.0, max_concurrency=1))
+    tasks = {name: add(broker, 2, name) for name in ("a", "b")}
+
+    assert sorted(claim(broker, 10)) == sorted([tasks["a"][0], tasks["b"][0]])
+    assert claim(broker, 10) == []  # each partition at its limit: its second held

@@ -263,8 +263,9 @@ end
 -- held task picked at random and round to it again, so that each scope has its turn.
 local function release_held(most)
   local budget, visits = RELEASE_LIMIT, 0
-  local picked = redis.call('ZRANDMEMBER', fc.held)
-  if not picked then return end
+  local picked = redis.call('ZRANDMEMBER', fc.held, 1)
+  picked = type(picked) == 'table' and picked[1]  -- (fakeredis answers a missing key with nil)
+  if type(picked) ~= 'string' then return end
   local first = string.match(picked, '^(.-)%z') or ''
   -- the scopes from the first picked to the end of the index, then from its start to that one
   local laps = {{'[' .. first, '+'}, {'-', '(' .. first}}
@@ -491,6 +492,7 @@ local function drop_full_buckets()
   end
   if not rated then return end
   local sample = redis.call('HRANDFIELD', fc.buckets, BUCKET_SAMPLE)
+  if type(sample) ~= 'table' then return end  -- (fakeredis answers a missing key with nil)
   local full = {}
   for _, scope in ipairs(sample) do
     if string.find(scope, '\2', 1, true) and not fc.spent[scope] then
