@@ -53,7 +53,7 @@ class TaskEditsView(APIBase):
     @documented(
         operation_id="list_task_edits",
         summary="List the edits of a task's arguments, the latest first",
-        responses={200: s.TaskEditSerializer(many=True)},
+        responses={200: s.TaskEditSerializer(many=True), 404: NOT_FOUND},
     )
     def get(self, request: Request, task_id: str) -> Response:
         return Response(s.TaskEditSerializer(self.ops.task_edits(task_id), many=True).data)
