@@ -31,14 +31,16 @@ For each handler and system it measures: enqueueing one by one; one bulk call wh
 has one (django-rtq `enqueue_many`, RQ `enqueue_many`); draining `--drain-tasks` tasks enqueued
 before the worker started, with one worker process and with two (`--processes`; rate = tasks
 done / time from the first task's start to the last task's end, as the task bodies report them;
-capped at `--drain-seconds` of work, marked `*`); the RSS and PSS of the worker's process tree after each
-drain; the latency of single tasks at an idle worker (from before the enqueue call to the task's
-start, p50/p99). Then Redis's memory per small pending task (`empty`, used_memory before and
-after `--memory-tasks` tasks). Workers: django-rtq `rtq_worker --concurrency N --processes P`;
-huey `huey_consumer -k thread -w N` (P consumers); Dramatiq `--processes P --threads N`; Celery
-`--pool threads --concurrency N` without gossip, mingle and heartbeat (P workers); RQ
-`SimpleWorker` (P workers, one job at a time each, no fork per job). N is `--concurrency`,
-`--sleep-concurrency` for `sleep`.
+capped at `--drain-seconds` of work, marked `*`); the CPU time the worker's process tree spent a
+task during the drain (from the first report of a task done to the last, so without the
+start-up), and as a share of a core (near 100% with one process: CPU-bound); the RSS and PSS of
+the worker's process tree after each drain; the latency of single tasks at an idle worker (from
+before the enqueue call to the task's start, p50/p99). Then Redis's memory per small pending
+task (`empty`, used_memory before and after `--memory-tasks` tasks). Workers: django-rtq
+`rtq_worker --concurrency N --processes P`; huey `huey_consumer -k thread -w N` (P consumers);
+Dramatiq `--processes P --threads N`; Celery `--pool threads --concurrency N` without gossip,
+mingle and heartbeat (P workers); RQ `SimpleWorker` (P workers, one job at a time each, no fork
+per job). N is `--concurrency`, `--sleep-concurrency` for `sleep`.
 
 `--repeat N` makes every measurement N times, back to back (a run of the workers: the drain
 with one process and its latency, then the drain with two), and prints each figure as the median
@@ -203,6 +205,8 @@ class Drain:
     pss: float  # MiB, the same tree's proportional set size (shared pages divided among sharers)
     proxy_cpu: float | None = None  # the delay proxy's CPU time over the drain's, in cores (--rtt)
     requests: float | None = None  # requests (or pipelines) sent through the proxy a task (--rtt)
+    worker_cpu: float = 0.0  # the worker's process tree: CPU seconds a task
+    worker_load: float = 0.0  # the same tree's CPU time over the drain's, in cores
 
     @property
     def rate(self) -> float:
@@ -661,6 +665,19 @@ def tree_memory_mib(workers: list[subprocess.Popen]) -> tuple[float, float]:
     return rss / 2**20, pss / 2**20
 
 
+def tree_cpu_seconds(workers: list[subprocess.Popen]) -> float:
+    """CPU time (user and system) of the workers and all their descendants so far."""
+    seconds = 0.0
+    for worker in workers:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process = psutil.Process(worker.pid)
+            for member in [process, *process.children(recursive=True)]:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    times = member.cpu_times()
+                    seconds += times.user + times.system
+    return seconds
+
+
 def check_alive(workers: list[subprocess.Popen], log: Path) -> None:
     for worker in workers:
         if worker.poll() is not None:
@@ -732,16 +749,18 @@ def wait_for_drain(ctx: Context, workers: list[subprocess.Popen], n: int, log: P
             raise RuntimeError(f"no task done {WORKER_START_TIMEOUT:.0f} s after the worker started ({log})")
         time.sleep(POLL_INTERVAL)
     # from the first report on: the workers' start-up is not the drain's
-    at_start = (time.monotonic(), proxy.cpu_seconds(), proxy.requests()) if proxy else None
+    clock, worker_cpu = time.monotonic(), tree_cpu_seconds(workers)
+    at_start = (proxy.cpu_seconds(), proxy.requests()) if proxy else None
     cap = time.monotonic() + ctx.args.drain_seconds
     while (reported := int(ctx.client.get(common.DONE_KEY) or 0)) < n and time.monotonic() < cap:
         check_alive(workers, log)
         time.sleep(POLL_INTERVAL)
+    elapsed, worked = time.monotonic() - clock, max(1, reported - started)
+    worker_cpu = tree_cpu_seconds(workers) - worker_cpu
     proxy_cpu = requests = None
     if proxy and at_start:
-        clock, cpu, sent = at_start
-        proxy_cpu = (proxy.cpu_seconds() - cpu) / (time.monotonic() - clock)
-        requests = (proxy.requests() - sent) / (reported - started) if reported > started else None
+        proxy_cpu = (proxy.cpu_seconds() - at_start[0]) / elapsed
+        requests = (proxy.requests() - at_start[1]) / worked
     time.sleep(REPORT_SETTLE)
     done, firsts, lasts = read_reports(ctx.client)
     rss, pss = tree_memory_mib(workers)
@@ -754,6 +773,8 @@ def wait_for_drain(ctx: Context, workers: list[subprocess.Popen], n: int, log: P
         pss=pss,
         proxy_cpu=proxy_cpu,
         requests=requests,
+        worker_cpu=worker_cpu / worked,
+        worker_load=worker_cpu / elapsed,
     )
 
 
@@ -964,7 +985,9 @@ def progress_line(row: Row) -> str:
             f"drain {p}p {drain_text(row, p, '/s')}: {figure(p, lambda d: d.done, whole, ' tasks')}"
             f" in {figure(p, lambda d: d.seconds, '{:.2f}'.format, ' s')},"
             f" start spread {figure(p, lambda d: d.spread * 1000, '{:.0f}'.format, ' ms')},"
-            f" RSS {figure(p, rss, '{:.0f}'.format, ' MiB')}, PSS {figure(p, pss, '{:.0f}'.format, ' MiB')}"
+            f" RSS {figure(p, rss, '{:.0f}'.format, ' MiB')}, PSS {figure(p, pss, '{:.0f}'.format, ' MiB')},"
+            f" worker CPU {figure(p, lambda d: d.worker_cpu * 1e6, whole, ' µs')} a task"
+            f" ({figure(p, lambda d: d.worker_load, '{:.0%}'.format, ' of a core')})"
             + (
                 f", {figure(p, requests, '{:.2f}'.format, '')} requests a task through the delay proxy,"
                 f" its CPU {figure(p, proxy_cpu, '{:.0%}'.format, ' of a core')}"
