@@ -5,7 +5,8 @@ Run from the repository root, with a Python that has redis-py and psutil (the te
     .venv-test/django6/bin/python bench/peers.py [--quick] [--only rtq,rtq-django,huey]
         [--handlers empty,incr,orm,sleep] [--enqueue-tasks 5000] [--drain-tasks 10000]
         [--drain-seconds 15] [--latency-tasks 300] [--memory-tasks 100000]
-        [--concurrency 10] [--sleep-concurrency 50] [--repeat 1] [--no-pin]
+        [--concurrency 10] [--sleep-concurrency 50] [--processes 1,2] [--repeat 1] [--no-pin]
+        [--rtt 0] [--handler-redis direct|proxy]
 
 Systems: django-rtq through its own `@task` ("rtq") and through `django.tasks` ("rtq-django"),
 both from the test venv (.venv-test/django6: Django 6, this checkout); huey, Dramatiq, Celery and
@@ -28,26 +29,49 @@ before its latency is measured; two worker processes go where the scheduler puts
 
 For each handler and system it measures: enqueueing one by one; one bulk call where the library
 has one (django-rtq `enqueue_many`, RQ `enqueue_many`); draining `--drain-tasks` tasks enqueued
-before the worker started, with one worker process and with two (rate = tasks done / time from
-the first task's start to the last task's end, as the task bodies report them; capped at
-`--drain-seconds` of work, marked `*`); the RSS and PSS of the worker's process tree after each
-drain; the latency of single tasks at an idle worker (from before the enqueue call to the task's
-start, p50/p99). Then Redis's memory per small pending task (`empty`, used_memory before and
-after `--memory-tasks` tasks). Workers: django-rtq `rtq_worker --concurrency N --processes P`;
-huey `huey_consumer -k thread -w N` (P consumers); Dramatiq `--processes P --threads N`; Celery
-`--pool threads --concurrency N` without gossip, mingle and heartbeat (P workers); RQ
-`SimpleWorker` (P workers, one job at a time each, no fork per job). N is `--concurrency`,
-`--sleep-concurrency` for `sleep`.
+before the worker started, with one worker process and with two (`--processes`; rate = tasks
+done / time from the first task's start to the last task's end, as the task bodies report them;
+capped at `--drain-seconds` of work, marked `*`); the CPU time the worker's process tree spent a
+task during the drain (from the first report of a task done to the last, so without the
+start-up), and as a share of a core (near 100% with one process: CPU-bound); the RSS and PSS of
+the worker's process tree after each drain; the latency of single tasks at an idle worker (from
+before the enqueue call to the task's start, p50/p99). Then Redis's memory per small pending
+task (`empty`, used_memory before and after `--memory-tasks` tasks). Workers: django-rtq
+`rtq_worker --concurrency N --processes P`; huey `huey_consumer -k thread -w N` (P consumers);
+Dramatiq `--processes P --threads N`; Celery `--pool threads --concurrency N` without gossip,
+mingle and heartbeat (P workers); RQ `SimpleWorker` (P workers, one job at a time each, no fork
+per job). N is `--concurrency`, `--sleep-concurrency` for `sleep`.
 
 `--repeat N` makes every measurement N times, back to back (a run of the workers: the drain
 with one process and its latency, then the drain with two), and prints each figure as the median
 of its N runs with the lowest and the highest beside it (`7,391/s (6,950-7,610, median of 5)`,
 with an en dash); ratios are of the medians.
 
+`--rtt MS` puts a network between every system and Redis: bench/delay_proxy.py, a TCP proxy in a
+process of its own (on redis-server's CPU, unless --no-pin: the network is on neither the
+client's core nor the worker's), holds every chunk of bytes MS/2 each way before passing it on,
+each chunk on its own clock and in order, so pipelined bytes keep flowing (a delay, not a
+throttle) and no connection waits for another's. Every system's enqueueing clients and workers
+reach Redis only through it. The measurement's own traffic goes straight to Redis: FLUSHALL,
+the counts of completions, the latency stamps, and the filling of queues before a drain (a
+second driver a system, straight to Redis: filling 10,000 tasks one round trip each would take
+longer than the drain). The `incr` body's own INCR goes straight to Redis with
+`--handler-redis direct` (the default: only the queue crosses the network, as when the task's
+data lives beside the worker) or through the proxy with `--handler-redis proxy` (the task's own
+I/O across the same network; issue 29's thread-bound ceiling is then threads / one round trip).
+PostgreSQL (`orm`) is never behind the proxy. At the start the run prints the round trip the
+proxy adds: the median of 500 PINGs through it minus that of 500 straight to Redis (the proxy's
+own hop is in it; select()'s wake-ups make it a little more than MS). Each drain then prints
+the requests a task the workers sent through the proxy (chunks to Redis from the first report to
+the last task, over the tasks done meanwhile: a request or a pipeline of them is one chunk, so
+about the round trips a task costs, the worker's housekeeping included) and the proxy's CPU, as
+a share of a core (near 100%, it would be the bottleneck, not the delay). `--rtt 0`, the
+default, runs without a proxy.
+
 It prints the versions and the machine's load, a line per system and handler as it goes, then
-a table per handler, its ratios to huey, and the figures issue 12 is judged on. On a shared
-2-core box the absolute numbers move by tens of percent from run to run: read the ratios, and
-medians of several runs.
+a table per handler, its ratios to huey, and the figures issues 12 and 29 are judged on. On a
+shared 2-core box the absolute numbers move by tens of percent from run to run: read the ratios,
+and medians of several runs.
 """
 
 from __future__ import annotations
@@ -98,6 +122,8 @@ POLL_INTERVAL = 0.01
 REPORT_SETTLE = 0.05
 WORKER_START_TIMEOUT = 60.0
 WORKER_STOP_TIMEOUT = 20.0
+#: PINGs timed through the delay proxy, and straight, for the round trip it adds.
+RTT_PINGS = 500
 LATENCY_WARMUP = 20
 #: Between the ends of a range of runs (RUF001 rejects the character itself in a string).
 EN_DASH = "\u2013"
@@ -177,6 +203,10 @@ class Drain:
     spread: float  # seconds between the first and the last process's first task
     rss: float  # MiB, the worker's whole process tree
     pss: float  # MiB, the same tree's proportional set size (shared pages divided among sharers)
+    proxy_cpu: float | None = None  # the delay proxy's CPU time over the drain's, in cores (--rtt)
+    requests: float | None = None  # requests (or pipelines) sent through the proxy a task (--rtt)
+    worker_cpu: float = 0.0  # the worker's process tree: CPU seconds a task
+    worker_load: float = 0.0  # the same tree's CPU time over the drain's, in cores
 
     @property
     def rate(self) -> float:
@@ -201,7 +231,7 @@ class Row:
     latencies: list[Latency] = field(default_factory=list)  # one a run
     seconds: float = 0.0  # what measuring the row took (all its runs)
 
-    def drain(self, processes: int, value: Callable[[Drain], float]) -> Figure | None:
+    def drain(self, processes: int, value: Callable[[Drain], float | None]) -> Figure | None:
         """A figure of the drains with `processes` worker processes, or None without any."""
         return Figure.of(value(drain) for drain in self.drains.get(processes, []))
 
@@ -253,6 +283,23 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--base-python", type=Path, help="Python that makes the peers' virtualenvs")
     parser.add_argument("--redis-server", default="/usr/bin/redis-server", help="redis-server binary")
     parser.add_argument(
+        "--processes",
+        default="1,2",
+        help="worker processes of the drains, e.g. 1 or 1,2 (the latency is measured with one)",
+    )
+    parser.add_argument(
+        "--rtt",
+        type=float,
+        default=0.0,
+        help="milliseconds of round trip a delay proxy adds in front of Redis (0: no proxy)",
+    )
+    parser.add_argument(
+        "--handler-redis",
+        choices=("direct", "proxy"),
+        default="direct",
+        help="with --rtt: the incr body's own Redis I/O goes straight to Redis or through the proxy",
+    )
+    parser.add_argument(
         "--no-pin",
         action="store_true",
         help="leave redis-server and the enqueueing drivers wherever the scheduler puts them",
@@ -269,6 +316,14 @@ def parse_args() -> argparse.Namespace:
         parser.error(f"unknown handlers: {', '.join(unknown)}")
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
+    try:
+        args.processes = sorted({int(p) for p in args.processes.split(",") if p.strip()})
+    except ValueError:
+        parser.error("--processes: numbers separated by commas")
+    if not args.processes or min(args.processes) < 1:
+        parser.error("--processes: at least one worker process")
+    if args.rtt < 0:
+        parser.error("--rtt must not be negative")
     return args
 
 
@@ -363,12 +418,115 @@ def private_redis(binary: str, cpu: int | None) -> Iterator[str]:
                 server.wait()
 
 
-def system_env(system: System, redis_url: str, prefix: str) -> dict[str, str]:
+@dataclass(frozen=True)
+class RoundTrip:
+    """PING round trips through the delay proxy and straight to Redis, p50 in seconds."""
+
+    proxied: float
+    direct: float
+    pings: int
+
+    @property
+    def added(self) -> float:
+        return self.proxied - self.direct
+
+
+@dataclass(frozen=True)
+class Network:
+    """Where each kind of traffic goes. The systems queue on `queue` (the delay proxy's address
+    with --rtt, else Redis's); the incr body's own I/O goes to `handler`; the measurement's own
+    traffic (FLUSHALL, the counts, the latency stamps, the filling of queues before a drain)
+    goes straight to Redis, `direct`, so it never pays the simulated network."""
+
+    direct: str
+    queue: str
+    handler: str
+    proxy: DelayProxy | None = None
+    round_trip: RoundTrip | None = None
+
+
+class DelayProxy:
+    """The running bench/delay_proxy.py: its CPU time, and the chunks its clients sent."""
+
+    def __init__(self, process: subprocess.Popen) -> None:
+        self._popen = process
+        self._process = psutil.Process(process.pid)
+
+    def cpu_seconds(self) -> float:
+        times = self._process.cpu_times()
+        return times.user + times.system
+
+    def requests(self) -> int:
+        """Chunks sent to Redis through it so far: a request (or a pipeline) each."""
+        assert self._popen.stdout is not None
+        self._popen.send_signal(signal.SIGUSR1)
+        words = self._popen.stdout.readline().split()
+        if len(words) < 2 or words[0] != "chunks":
+            raise RuntimeError(f"the delay proxy answered {words!r}")
+        return int(words[1])
+
+
+def ping_p50(url: str, pings: int) -> float:
+    """The median of `pings` PING round trips on one connection, in seconds."""
+    client = redis.Redis.from_url(url)
+    try:
+        for _ in range(10):  # connect, warm up
+            client.ping()
+        seconds = []
+        for _ in range(pings):
+            start = time.perf_counter()
+            client.ping()
+            seconds.append(time.perf_counter() - start)
+        return statistics.median(seconds)
+    finally:
+        client.close()
+
+
+@contextlib.contextmanager
+def delay_proxy(direct_url: str, rtt_ms: float, cpu: int | None) -> Iterator[tuple[str, DelayProxy]]:
+    """bench/delay_proxy.py in front of the private Redis, half of `rtt_ms` each way, in a process
+    of its own (kept on `cpu`, if given); yields its Redis URL and its process."""
+    target = redis.connection.parse_url(direct_url)
+    proxy = subprocess.Popen(
+        [
+            sys.executable,
+            str(REPO_ROOT / "bench" / "delay_proxy.py"),
+            "--target",
+            f"{target['host']}:{target['port']}",
+            "--delay-ms",
+            repr(rtt_ms / 2),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        if cpu is not None:
+            os.sched_setaffinity(proxy.pid, {cpu})
+        assert proxy.stdout is not None
+        line = proxy.stdout.readline().split()
+        if len(line) != 2 or line[0] != "listening":
+            raise RuntimeError(f"the delay proxy did not start (it said {line!r})")
+        port = int(line[1].rpartition(":")[2])
+        yield f"redis://127.0.0.1:{port}/{target.get('db', 0)}", DelayProxy(proxy)
+    finally:
+        proxy.terminate()
+        try:
+            proxy.wait(10)
+        except subprocess.TimeoutExpired:
+            proxy.kill()
+            proxy.wait()
+
+
+def system_env(system: System, network: Network, prefix: str, queue_url: str | None = None) -> dict[str, str]:
+    """The environment of the system's processes; `queue_url` instead of the network's queue
+    for a driver that fills queues straight."""
     env = dict(os.environ)
     env.update(
         PYTHONPATH=str(REPO_ROOT),
         DJANGO_SETTINGS_MODULE=system.settings,
-        BENCH_REDIS_URL=redis_url,
+        BENCH_REDIS_URL=queue_url or network.queue,
+        BENCH_REPORT_REDIS_URL=network.direct,
+        BENCH_HANDLER_REDIS_URL=network.handler,
         BENCH_PREFIX=prefix,
     )
     return env
@@ -392,6 +550,8 @@ class Driver:
         if cpu is not None:
             os.sched_setaffinity(self._process.pid, {cpu})
         self.hello = self._answer()
+        #: The driver that fills queues before a drain: this one, or one straight to Redis (--rtt).
+        self.filler = self
 
     def _answer(self) -> dict[str, Any]:
         assert self._process.stdout is not None
@@ -409,7 +569,17 @@ class Driver:
         self._process.stdin.flush()
         return self._answer()
 
+    def fill(self, handler: str, count: int) -> None:
+        self.filler.call("fill", handler=handler, count=count)
+
+    def reset(self) -> None:
+        self.call("reset")
+        if self.filler is not self:
+            self.filler.call("reset")
+
     def close(self) -> None:
+        if self.filler is not self:
+            self.filler.close()
         if self._process.stdin is not None:
             self._process.stdin.close()
         try:
@@ -495,6 +665,19 @@ def tree_memory_mib(workers: list[subprocess.Popen]) -> tuple[float, float]:
     return rss / 2**20, pss / 2**20
 
 
+def tree_cpu_seconds(workers: list[subprocess.Popen]) -> float:
+    """CPU time (user and system) of the workers and all their descendants so far."""
+    seconds = 0.0
+    for worker in workers:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process = psutil.Process(worker.pid)
+            for member in [process, *process.children(recursive=True)]:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    times = member.cpu_times()
+                    seconds += times.user + times.system
+    return seconds
+
+
 def check_alive(workers: list[subprocess.Popen], log: Path) -> None:
     for worker in workers:
         if worker.poll() is not None:
@@ -507,15 +690,15 @@ def check_alive(workers: list[subprocess.Popen], log: Path) -> None:
 @dataclass
 class Context:
     args: argparse.Namespace
-    client: redis.Redis
-    redis_url: str
+    client: redis.Redis  # straight to Redis
+    network: Network
     prefix: str
     logs: Path
 
     def fresh(self, driver: Driver) -> None:
         """An empty Redis for the next measurement (no worker may be running)."""
         self.client.flushall()
-        driver.call("reset")
+        driver.reset()
 
     def concurrency(self, handler: str) -> int:
         return self.args.sleep_concurrency if handler == "sleep" else self.args.concurrency
@@ -558,16 +741,26 @@ def wait_for_drain(ctx: Context, workers: list[subprocess.Popen], n: int, log: P
     """Wait for n tasks done (or --drain-seconds after the first); the drain as reported."""
     from bench.peers import common
 
+    proxy = ctx.network.proxy
     deadline = time.monotonic() + WORKER_START_TIMEOUT
-    while not ctx.client.exists(common.DONE_KEY):
+    while not (started := int(ctx.client.get(common.DONE_KEY) or 0)):
         check_alive(workers, log)
         if time.monotonic() > deadline:
             raise RuntimeError(f"no task done {WORKER_START_TIMEOUT:.0f} s after the worker started ({log})")
         time.sleep(POLL_INTERVAL)
+    # from the first report on: the workers' start-up is not the drain's
+    clock, worker_cpu = time.monotonic(), tree_cpu_seconds(workers)
+    at_start = (proxy.cpu_seconds(), proxy.requests()) if proxy else None
     cap = time.monotonic() + ctx.args.drain_seconds
-    while int(ctx.client.get(common.DONE_KEY) or 0) < n and time.monotonic() < cap:
+    while (reported := int(ctx.client.get(common.DONE_KEY) or 0)) < n and time.monotonic() < cap:
         check_alive(workers, log)
         time.sleep(POLL_INTERVAL)
+    elapsed, worked = time.monotonic() - clock, max(1, reported - started)
+    worker_cpu = tree_cpu_seconds(workers) - worker_cpu
+    proxy_cpu = requests = None
+    if proxy and at_start:
+        proxy_cpu = (proxy.cpu_seconds() - at_start[0]) / elapsed
+        requests = (proxy.requests() - at_start[1]) / worked
     time.sleep(REPORT_SETTLE)
     done, firsts, lasts = read_reports(ctx.client)
     rss, pss = tree_memory_mib(workers)
@@ -578,6 +771,10 @@ def wait_for_drain(ctx: Context, workers: list[subprocess.Popen], n: int, log: P
         spread=max(firsts) - min(firsts),
         rss=rss,
         pss=pss,
+        proxy_cpu=proxy_cpu,
+        requests=requests,
+        worker_cpu=worker_cpu / worked,
+        worker_load=worker_cpu / elapsed,
     )
 
 
@@ -618,14 +815,14 @@ def measure_workers(ctx: Context, driver: Driver, row: Row) -> tuple[dict[int, D
     """Drains with one and two processes (by processes); the latency with one, at the same worker
     once idle (at a fresh one if the drain was capped and left tasks behind)."""
     system, handler, n = row.system, row.handler, ctx.args.drain_tasks
-    env = system_env(system, ctx.redis_url, ctx.prefix)
+    env = system_env(system, ctx.network, ctx.prefix)
     log = ctx.logs / f"worker-{system.name}-{handler}.log"
     drains: dict[int, Drain] = {}
     latency = None
-    for processes in (1, 2):
+    for processes in ctx.args.processes:
         ctx.fresh(driver)
-        driver.call("fill", handler=handler, count=n)
-        commands = worker_commands(system, processes, row.concurrency, ctx.redis_url)
+        driver.fill(handler, n)
+        commands = worker_commands(system, processes, row.concurrency, ctx.network.queue)
         workers = start_workers(one_process_pinned(commands, processes, ctx), env, log)
         try:
             drains[processes] = wait_for_drain(ctx, workers, n, log)
@@ -636,7 +833,7 @@ def measure_workers(ctx: Context, driver: Driver, row: Row) -> tuple[dict[int, D
             stop_workers(workers)
     if latency is None:
         ctx.fresh(driver)
-        workers = start_workers(worker_commands(system, 1, row.concurrency, ctx.redis_url), env, log)
+        workers = start_workers(worker_commands(system, 1, row.concurrency, ctx.network.queue), env, log)
         try:
             latency = measure_latency(ctx, driver, handler)
         finally:
@@ -649,7 +846,7 @@ def measure_memory(ctx: Context, driver: Driver) -> Memory:
     n = ctx.args.memory_tasks
     ctx.fresh(driver)
     before = int(ctx.client.info("memory")["used_memory"])
-    driver.call("fill", handler="empty", count=n)
+    driver.fill("empty", n)
     used = int(ctx.client.info("memory")["used_memory"]) - before
     memory = Memory(driver.system, n, used, keys=0, key_bytes=0)
     batch: list[bytes] = []
@@ -729,6 +926,14 @@ def pss(drain: Drain) -> float:
     return drain.pss
 
 
+def proxy_cpu(drain: Drain) -> float | None:
+    return drain.proxy_cpu
+
+
+def requests(drain: Drain) -> float | None:
+    return drain.requests
+
+
 def drain_text(row: Row, processes: int, suffix: str = "") -> str:
     """The drain rate, marked * if a run was capped."""
     return shown(row.drain(processes, rate), suffix=("*" if row.capped(processes) else "") + suffix)
@@ -771,7 +976,7 @@ def progress_line(row: Row) -> str:
         parts.append(f"bulk ({row.bulk_call}) {shown(row.bulk, suffix='/s')}")
 
     def figure(
-        processes: int, value: Callable[[Drain], float], form: Callable[[float], str], unit: str
+        processes: int, value: Callable[[Drain], float | None], form: Callable[[float], str], unit: str
     ) -> str:
         return shown(row.drain(processes, value), form, unit)
 
@@ -780,7 +985,15 @@ def progress_line(row: Row) -> str:
             f"drain {p}p {drain_text(row, p, '/s')}: {figure(p, lambda d: d.done, whole, ' tasks')}"
             f" in {figure(p, lambda d: d.seconds, '{:.2f}'.format, ' s')},"
             f" start spread {figure(p, lambda d: d.spread * 1000, '{:.0f}'.format, ' ms')},"
-            f" RSS {figure(p, rss, '{:.0f}'.format, ' MiB')}, PSS {figure(p, pss, '{:.0f}'.format, ' MiB')}"
+            f" RSS {figure(p, rss, '{:.0f}'.format, ' MiB')}, PSS {figure(p, pss, '{:.0f}'.format, ' MiB')},"
+            f" worker CPU {figure(p, lambda d: d.worker_cpu * 1e6, whole, ' µs')} a task"
+            f" ({figure(p, lambda d: d.worker_load, '{:.0%}'.format, ' of a core')})"
+            + (
+                f", {figure(p, requests, '{:.2f}'.format, '')} requests a task through the delay proxy,"
+                f" its CPU {figure(p, proxy_cpu, '{:.0%}'.format, ' of a core')}"
+                if row.drain(p, proxy_cpu)
+                else ""
+            )
         )
     parts.append(
         f"latency p50 {shown(row.p50, ms, ' ms')}, p99 {shown(row.p99, ms, ' ms')} ({row.seconds:.0f} s)"
@@ -991,20 +1204,80 @@ def target_lines(rows: list[Row], memories: list[list[Memory]], ctx: Context) ->
     return lines
 
 
+def network_target_lines(rows: list[Row], ctx: Context) -> list[str]:
+    """Issue 29's figures, across the delay proxy: its bar of django.tasks against huey, and with
+    the incr body's I/O across the network too, each drain against the thread-bound ceiling
+    (threads / the handler's time, one round trip through the proxy)."""
+    trip = ctx.network.round_trip
+    if trip is None:
+        return []
+    lines = ["", f"== issue 29's figures, across the delay proxy ({ms(trip.proxied)} ms a round trip)"]
+    huey = find(rows, "huey", "incr")
+    huey_rate = huey.drain(1, rate) if huey else None
+    for name in ("rtq-django", "rtq"):
+        row = find(rows, name, "incr")
+        rtq_rate = row.drain(1, rate) if row else None
+        if rtq_rate and huey_rate:
+            lines.append(
+                f"incr, 1 worker process: {LABELS[name]} {rtq_rate.text(whole, '/s', count=True)} vs huey"
+                f" {huey_rate.text(whole, '/s', count=True)} = {rtq_rate.median / huey_rate.median:.2f}x"
+                " (a run at --rtt 0 gives its loopback rate)"
+            )
+    if ctx.network.handler != ctx.network.direct:
+        for name in ("rtq-django", "rtq", "huey"):
+            row = find(rows, name, "incr")
+            if row is None:
+                continue
+            ceiling = row.concurrency / trip.proxied
+            for p in ctx.args.processes:
+                figure = row.drain(p, rate)
+                if figure is not None:
+                    lines.append(
+                        f"incr across the network, {p} process{'es' if p > 1 else ''}, {row.system.label}:"
+                        f" {figure.text(whole, '/s', count=True)} = {figure.median / (p * ceiling):.1%} of"
+                        f" the ceiling {row.concurrency * p} threads / {ms(trip.proxied)} ms ="
+                        f" {p * ceiling:,.0f}/s"
+                    )
+    return lines
+
+
 # --- the run ------------------------------------------------------------------------------
 
 
+def make_driver(system: System, network: Network, prefix: str, logs: Path, cpu: int | None) -> Driver:
+    """The system's driver, on the network's queue; queues are filled by one straight to Redis."""
+    driver = Driver(system, system_env(system, network, prefix), logs / f"driver-{system.name}.log", cpu)
+    if network.queue != network.direct:
+        env = system_env(system, network, prefix, queue_url=network.direct)
+        driver.filler = Driver(system, env, logs / f"filler-{system.name}.log", cpu)
+    return driver
+
+
+def network_lines(network: Network, args: argparse.Namespace) -> list[str]:
+    trip = network.round_trip
+    if trip is None:
+        return ["bench: no delay proxy (--rtt 0): every client talks to redis-server over loopback"]
+    handler = "through the proxy too" if network.handler != network.direct else "straight to Redis"
+    where = "" if args.redis_cpu is None else f", kept on CPU {args.redis_cpu} with redis-server"
+    return [
+        f"bench: delay proxy (bench/delay_proxy.py, its own process{where}) in front of redis-server,"
+        f" {args.rtt / 2:g} ms each way (--rtt {args.rtt:g}): every system's clients and workers go"
+        f" through it; the incr body's own INCR goes {handler} (--handler-redis {args.handler_redis});"
+        " filling queues, the counts and the latency stamps go straight to Redis",
+        f"bench: round trip it adds: {ms(trip.added)} ms (PING p50 {ms(trip.proxied)} ms through it"
+        f" vs {ms(trip.direct)} ms straight, {trip.pings} pings each)",
+    ]
+
+
 def run(
-    args: argparse.Namespace, systems: list[System], redis_url: str, prefix: str, logs: Path
+    args: argparse.Namespace, systems: list[System], network: Network, prefix: str, logs: Path
 ) -> list[str]:
-    client = redis.Redis.from_url(redis_url)
-    ctx = Context(args, client, redis_url, prefix, logs)
-    drivers = {
-        s.name: Driver(s, system_env(s, redis_url, prefix), logs / f"driver-{s.name}.log", args.driver_cpu)
-        for s in systems
-    }
+    client = redis.Redis.from_url(network.direct)
+    ctx = Context(args, client, network, prefix, logs)
+    drivers = {s.name: make_driver(s, network, prefix, logs, args.driver_cpu) for s in systems}
     try:
         lines = header_lines(systems, {name: d.hello for name, d in drivers.items()}, client)
+        lines += network_lines(network, args)
         lines.append(
             f"bench: key prefix {prefix}; {args.enqueue_tasks:,} enqueues, drains of {args.drain_tasks:,}"
             f" tasks (timed for at most {args.drain_seconds:g} s), {args.latency_tasks} latency tasks"
@@ -1043,6 +1316,7 @@ def run(
             " in each; PSS divides them.",
         ]
         summary += target_lines(rows, memories, ctx)
+        summary += network_target_lines(rows, ctx)
         summary.append(
             f"bench: {time.monotonic() - started:.0f} s; load average now "
             + ", ".join(f"{v:.2f}" for v in os.getloadavg())
@@ -1065,12 +1339,19 @@ def main() -> int:
     with (
         tempfile.TemporaryDirectory(prefix="peersbench-logs-") as logs,
         private_redis(args.redis_server, args.redis_cpu) as url,
+        contextlib.ExitStack() as stack,
     ):
+        network = Network(direct=url, queue=url, handler=url)
+        if args.rtt > 0:
+            proxy_url, proxy = stack.enter_context(delay_proxy(url, args.rtt, args.redis_cpu))
+            trip = RoundTrip(ping_p50(proxy_url, RTT_PINGS), ping_p50(url, RTT_PINGS), RTT_PINGS)
+            handler = proxy_url if args.handler_redis == "proxy" else url
+            network = Network(url, proxy_url, handler, proxy, trip)
         # bench.peers.common names its keys after these, in every process and in this one
         os.environ.update(BENCH_REDIS_URL=url, BENCH_PREFIX=prefix)
         sys.path.insert(0, str(REPO_ROOT))
         try:
-            run(args, systems, url, prefix, Path(logs))
+            run(args, systems, network, prefix, Path(logs))
         except Exception:
             print(f"bench: failed; the logs: {logs}", flush=True)
             for log in sorted(Path(logs).glob("*.log")):

@@ -11,7 +11,9 @@ A task of any system calls `run(handler, token)`:
   the last task it counted (per process id, in two hashes): the drain's rate is read from
   those, and no task pays a round trip of its own for being counted.
 
-Keys are under BENCH_PREFIX on the Redis at BENCH_REDIS_URL.
+Keys are under BENCH_PREFIX on the Redis at BENCH_REDIS_URL, which the systems queue on too. The
+counts and the stamps use BENCH_REPORT_REDIS_URL and the `incr` body BENCH_HANDLER_REDIS_URL where
+they are set (bench/peers.py --rtt: the same Redis, straight or through the delay proxy).
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ from collections.abc import Callable
 import redis
 
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+#: The counts and the stamps: the measurement's own traffic, never across the simulated network.
+REPORT_REDIS_URL = os.environ.get("BENCH_REPORT_REDIS_URL") or REDIS_URL
+#: The `incr` body's own I/O.
+HANDLER_REDIS_URL = os.environ.get("BENCH_HANDLER_REDIS_URL") or REDIS_URL
 PREFIX = os.environ.get("BENCH_PREFIX", "peersbench")
 DONE_KEY = f"{PREFIX}:done"
 FIRST_KEY = f"{PREFIX}:first"
@@ -34,17 +40,27 @@ INCR_KEY = f"{PREFIX}:incr"
 FLUSH_INTERVAL = 0.01
 SLEEP_SECONDS = 0.005
 
-_client_lock = threading.Lock()
-_client: tuple[int, redis.Redis] | None = None
+_clients_lock = threading.Lock()
+_clients: dict[str, tuple[int, redis.Redis]] = {}
+
+
+def client_of(url: str) -> redis.Redis:
+    """This process's own Redis client of `url` (a new one after a fork)."""
+    with _clients_lock:
+        known = _clients.get(url)
+        if known is None or known[0] != os.getpid():
+            known = _clients[url] = (os.getpid(), redis.Redis.from_url(url))
+        return known[1]
 
 
 def client() -> redis.Redis:
-    """This process's own Redis client (a new one after a fork)."""
-    global _client
-    with _client_lock:
-        if _client is None or _client[0] != os.getpid():
-            _client = (os.getpid(), redis.Redis.from_url(REDIS_URL))
-        return _client[1]
+    """The client of the counts and the stamps."""
+    return client_of(REPORT_REDIS_URL)
+
+
+def handler_client() -> redis.Redis:
+    """The client of the `incr` body (the same as client() unless they have different URLs)."""
+    return client_of(HANDLER_REDIS_URL)
 
 
 def setup_django(settings: str = "bench.peers.settings") -> None:
@@ -60,7 +76,7 @@ def body_empty() -> None:
 
 
 def body_incr() -> None:
-    client().incr(INCR_KEY)
+    handler_client().incr(INCR_KEY)
 
 
 def body_orm() -> None:
