@@ -5,8 +5,11 @@ Run from the repository root (a script, not a test):
     python bench/enqueue.py [--tasks 20000] [--bulk-tasks 20000] [--memory-tasks 100000]
                             [--repeat 3] [--redis-url redis://127.0.0.1:6379/0]
 
-Each line is a rate against the floor, a loop of PING on the same redis-py connection. Each
-measure runs `--repeat` times and the best run is printed. Memory is measured with `MEMORY USAGE`
+Each single-enqueue line is the median of `--repeat` runs of `--tasks` calls (with the range),
+and its overhead over the floor measured in the same run: one `EVALSHA` round trip of a one-line
+script on the same redis-py connection (issue 29's floor; a `PING` is printed beside it). The
+enqueue script's own round trip (`EVALSHA` of enqueue.lua with prepared arguments) shows how much
+of that overhead is the script's time in Redis rather than Python. Memory is measured with `MEMORY USAGE`
 of the queue's msg, state, pending and priority keys, and with `INFO memory` used_memory before
 and after (server-wide: other clients of the same Redis add noise). The run uses a key prefix of
 its own ("rtqbench-enq-<random>") and deletes its keys at the end.
@@ -17,9 +20,11 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import statistics
 import sys
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -33,7 +38,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--memory-tasks", type=int, default=100000, help="pending tasks whose memory is measured"
     )
-    parser.add_argument("--repeat", type=int, default=3, help="runs of each measure; the best is printed")
+    parser.add_argument("--repeat", type=int, default=5, help="runs of each measure; the median is printed")
     parser.add_argument("--redis-url", default=os.environ.get("RTQ_REDIS_URL") or "redis://127.0.0.1:6379/0")
     return parser.parse_args()
 
@@ -76,16 +81,19 @@ def delete_keys(client, pattern: str) -> None:
         client.delete(*batch)
 
 
-def best_rate(runs: int, count: int, measure) -> tuple[float, float]:
-    """The best of `runs` runs of `measure()` (which does `count` things): (per second, µs each)."""
-    best = min(measure() for _ in range(runs))
-    return count / best, best / count * 1e6
+def median_micros(runs: int, count: int, measure) -> tuple[float, float, float]:
+    """`runs` runs of `measure()` (which does `count` things, and returns seconds): the median,
+    lowest and highest µs each."""
+    micros = sorted(measure() / count * 1e6 for _ in range(runs))
+    return statistics.median(micros), micros[0], micros[-1]
 
 
-def line(what: str, count: int, per_second: float, micros: float, floor: float | None = None) -> str:
-    text = f"{what}: {count} in a run, best {per_second:,.0f}/s = {micros:.1f} µs each"
+def line(what: str, count: int, micros: tuple[float, float, float], floor: float | None = None) -> str:
+    median, low, high = micros
+    text = f"{what}: {count} calls a run, median {1e6 / median:,.0f}/s = {median:.1f} µs"
+    text += f" ({low:.1f}-{high:.1f})"
     if floor:
-        text += f" ({micros / floor:.2f} times the PING floor)"
+        text += f"; {median - floor:+.1f} µs over the EVALSHA floor"
     return text
 
 
@@ -160,15 +168,36 @@ def main() -> int:
         dj_noop.enqueue()
         clear_queue()
         n = args.tasks
-        ping = best_rate(args.repeat, n, timed(n, client.ping))
-        print(line("PING floor (redis-py, one connection)", n, *ping), flush=True)
-        floor = ping[1]
-        built = best_rate(args.repeat, n, timed(n, lambda: build_message(rtq_noop, (), {})))
-        print(line("build_message only (no I/O)", n, *built), flush=True)
-        native = best_rate(args.repeat, n, timed(n, rtq_noop.enqueue, clear_queue))
-        print(line("enqueue one by one, @task .enqueue()", n, *native, floor), flush=True)
-        backend = best_rate(args.repeat, n, timed(n, dj_noop.enqueue, clear_queue))
-        print(line("enqueue one by one, django.tasks .enqueue()", n, *backend, floor), flush=True)
+        one_line = client.script_load("return 1")
+        ping = median_micros(args.repeat, n, timed(n, client.ping))
+        print(line("PING (redis-py, one connection)", n, ping), flush=True)
+        evalsha = median_micros(args.repeat, n, timed(n, lambda: client.evalsha(one_line, 0)))
+        print(line("EVALSHA floor (a one-line script, the same connection)", n, evalsha), flush=True)
+        floor = evalsha[0]
+        built = median_micros(args.repeat, n, timed(n, lambda: build_message(rtq_noop, (), {})))
+        print(line("build_message only (no I/O)", n, built), flush=True)
+        prepared = [rtq_noop.prepare() for _ in range(n)]
+        script = iter(())
+
+        def script_call() -> None:
+            broker._run_pipelined([broker._send_call("enqueue", qk, [next(script)], 0, qk.handoff_prefix)])
+
+        def fresh_script_calls() -> None:
+            nonlocal script
+            clear_queue()
+            script = iter([replace(message, id=f"{message.id}{i}") for i, message in enumerate(prepared)])
+
+        qk = broker.queue(QUEUE)
+        raw = median_micros(args.repeat, n, timed(n, script_call, fresh_script_calls))
+        print(line("enqueue.lua alone (EVALSHA of a prepared task)", n, raw, floor), flush=True)
+        measures = [
+            ("enqueue one by one, @task .enqueue()", rtq_noop.enqueue),
+            ("enqueue one by one, @task .enqueue_on_commit() (autocommit)", rtq_noop.enqueue_on_commit),
+            ("enqueue one by one, django.tasks .enqueue()", dj_noop.enqueue),
+        ]
+        for what, call in measures:
+            micros = median_micros(args.repeat, n, timed(n, call, clear_queue))
+            print(line(what, n, micros, floor), flush=True)
 
         bulk_n = args.bulk_tasks
 
@@ -179,10 +208,10 @@ def main() -> int:
             enqueue_many(messages)
             return time.perf_counter() - start
 
-        rate_, micros = best_rate(args.repeat, bulk_n, bulk_once)
+        median, low, high = median_micros(args.repeat, bulk_n, bulk_once)
         print(
-            f"enqueue bulk, enqueue_many of {bulk_n} prepared messages: best {rate_:,.0f}/s = "
-            f"{micros:.1f} µs each",
+            f"enqueue bulk, enqueue_many of {bulk_n} prepared messages: median {1e6 / median:,.0f}/s "
+            f"= {median:.1f} µs each ({low:.1f}-{high:.1f})",
             flush=True,
         )
         for text in memory_lines(client, broker, rtq_noop, args.memory_tasks, clear_queue):

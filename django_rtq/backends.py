@@ -8,7 +8,8 @@ On Django 5.2 the `django-tasks` backport provides the same API (`django_tasks`)
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, replace
+import threading
+from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from functools import wraps
 from inspect import iscoroutinefunction
@@ -189,22 +190,9 @@ class RTQBackend(BaseTaskBackend):
             raise InvalidTaskArguments(str(exc)) from exc
         except InvalidTask as exc:
             raise DjangoInvalidTask(str(exc)) from exc
-        result = TaskResult(
-            task=task,
-            id=message.id,
-            status=TaskResultStatus.READY,
-            enqueued_at=django_datetime(message.enqueued_at),
-            started_at=None,
-            finished_at=None,
-            last_attempted_at=None,
-            args=message.args,
-            kwargs=message.kwargs,
-            backend=self.alias,
-            errors=[],
-            worker_ids=[],
-        )
         if self.outbox:
             sending.enqueue([message], announce=_nothing_to_announce, on_commit=True)
+            result = _ready_result(task, message, message.id, self.alias)
             # Enqueued once the transaction commits, if it does (at once outside one).
             transaction.on_commit(
                 lambda: task_enqueued.send(type(self), task_result=result),
@@ -212,8 +200,9 @@ class RTQBackend(BaseTaskBackend):
             )
         else:
             landed = sending.enqueue([message], announce=_nothing_to_announce)[0]
-            if landed.id != message.id:  # debounced, merged into the copy that waits: its id
-                result = replace(result, id=landed.id)
+            # built once sent, not before: an idle worker starts the task meanwhile. A debounced
+            # task merged into the copy that waits has that copy's id.
+            result = _ready_result(task, message, landed.id, self.alias)
             task_enqueued.send(type(self), task_result=result)
         return result
 
@@ -293,6 +282,24 @@ class RTQBackend(BaseTaskBackend):
         if status == TaskResultStatus.SUCCESSFUL:
             object.__setattr__(result, "_return_value", view.result)
         return result
+
+
+def _ready_result(task: Task, message: TaskMessage, result_id: str, backend: str) -> TaskResult:
+    """The result `enqueue` returns: the task READY, as its message was sent."""
+    return TaskResult(
+        task=task,
+        id=result_id,
+        status=TaskResultStatus.READY,
+        enqueued_at=django_datetime(message.enqueued_at),
+        started_at=None,
+        finished_at=None,
+        last_attempted_at=None,
+        args=message.args,
+        kwargs=message.kwargs,
+        backend=backend,
+        errors=[],
+        worker_ids=[],
+    )
 
 
 def _module_task(result_id: str, task_name: str) -> Task:
@@ -379,23 +386,47 @@ def _running_result(task: Task, context: RTQContext | None, args: list, kwargs: 
             finished_at=None, last_attempted_at=None, args=args, kwargs=kwargs,
             backend=task.backend, errors=[], worker_ids=[],
         )  # fmt: skip
-    attempt = AttemptInfo.from_mapping(context.info)
     started = django_datetime(context.started_at)
     task = _as_enqueued(task, queue=context.queue, priority=context.priority, process_at=context.process_at)
+    if context.info:
+        attempt = AttemptInfo.from_mapping(context.info)
+        first_started = django_datetime(attempt.started_at) or started  # of an earlier attempt, if one ran
+        errors, workers = _task_errors(attempt.error_records), [*attempt.workers, context.worker_id]
+    else:  # a first attempt (most of them): nothing earlier to read
+        first_started, errors, workers = started, [], [context.worker_id]
     return TaskResult(
         task=task,
         id=context.id,
         status=TaskResultStatus.RUNNING,
         enqueued_at=django_datetime(context.enqueued_at),
-        started_at=django_datetime(attempt.started_at) or started,  # of an earlier attempt, if one ran
+        started_at=first_started,
         finished_at=None,
         last_attempted_at=started,
         args=args,  # normalised to a list, as kwargs to a new dict, by TaskResult
         kwargs=kwargs,
         backend=task.backend,
-        errors=_task_errors(attempt.error_records),
-        worker_ids=[*attempt.workers, context.worker_id],
+        errors=errors,
+        worker_ids=workers,
     )
+
+
+#: The RUNNING result the runner sent with task_started, per executor thread (an async task runs
+#: on its thread's loop), as (the attempt's context, the result): its task_finished copies it.
+_attempts = threading.local()
+_RESULT_FIELDS = tuple(f.name for f in fields(TaskResult))
+
+
+def _finished_result(
+    running: TaskResult, status: TaskResultStatus, finished_at: datetime | None
+) -> TaskResult:
+    """A copy of a RUNNING result with its end: Django's constructor would normalise the
+    arguments again, which the running result already holds normalised."""
+    finished = object.__new__(TaskResult)
+    for name in _RESULT_FIELDS:
+        object.__setattr__(finished, name, getattr(running, name))
+    object.__setattr__(finished, "status", status)
+    object.__setattr__(finished, "finished_at", finished_at)
+    return finished
 
 
 def _runner(task: RTQTask) -> Any:
@@ -405,7 +436,9 @@ def _runner(task: RTQTask) -> Any:
     func = task.func
 
     def started(args: tuple, kwargs: dict) -> tuple:
-        result = _running_result(task, current_task(), list(args), kwargs)
+        context = current_task()
+        result = _running_result(task, context, list(args), kwargs)
+        _attempts.running = (context, result)
         task_started.send(RTQBackend, task_result=result)
         return (TaskContext(task_result=result), *args) if task.takes_context else args
 
@@ -438,9 +471,11 @@ def _send_succeeded(sender: TaskType | None, message: TaskMessage, result: Any, 
     task, context = _django_task(sender), current_task()
     if task is None or context is None or context.id != message.id:
         return
-    finished = _running_result(task, context, message.args, message.kwargs)
-    object.__setattr__(finished, "status", TaskResultStatus.SUCCESSFUL)
-    object.__setattr__(finished, "finished_at", django_datetime(queue_time()))
+    started_context, running = getattr(_attempts, "running", (None, None))
+    _attempts.running = (None, None)
+    if started_context is not context:  # the runner did not start this attempt: a test's call
+        running = _running_result(task, context, message.args, message.kwargs)
+    finished = _finished_result(running, TaskResultStatus.SUCCESSFUL, django_datetime(queue_time()))
     object.__setattr__(finished, "_return_value", result)
     task_finished.send(RTQBackend, task_result=finished)
 

@@ -279,15 +279,9 @@ def _bind(task_type: TaskSpec, args: list[Any], kwargs: dict[str, Any]) -> None:
     """Raise InvalidArguments (a TypeError) in the caller if the handler could not take these
     arguments, rather than have the worker fail the task with the same TypeError."""
     note_signature(task_type)
-    signature = _signature(task_type.func)
-    if signature is None:
-        return
-    try:
-        signature.bind(*args, **kwargs)
-    except TypeError as exc:
-        raise InvalidArguments(
-            f"Task {task_type.name!r} cannot be called with these arguments: {exc} (it takes {signature})."
-        ) from None
+    problem = binding_problem(task_type, args, kwargs)  # answered once per shape of call
+    if problem is not None:
+        raise InvalidArguments(f"Task {task_type.name!r} cannot be called with these arguments: {problem}.")
 
 
 #: The canonical form of a call's arguments (sorted keys, no spaces) that unique keys hash.

@@ -262,6 +262,45 @@ def test_the_running_result_djangos_signals_carry_describes_the_run(mirroring, r
     assert running.errors == []
 
 
+def test_the_finished_result_is_a_copy_of_the_running_one_with_its_end(mirroring, run_worker):
+    """task_finished's result is the running result of the same attempt, copied (not built
+    again) with its status, end and return value; the one task_started carried stays RUNNING.
+    A later attempt's results carry the earlier attempts' errors and workers."""
+    started, finished = [], []
+
+    def on_started(sender, task_result, **kwargs):
+        started.append(task_result)
+
+    def on_finished(sender, task_result, **kwargs):
+        finished.append(task_result)
+
+    task_started.connect(on_started)
+    task_finished.connect(on_finished)
+    try:
+        enqueued = dtasks.fails_twice.enqueue("copied")
+        with run_worker():
+            wait_status(enqueued, TaskResultStatus.SUCCESSFUL, timeout=20)
+            wait_for(lambda: finished)
+    finally:
+        task_started.disconnect(on_started)
+        task_finished.disconnect(on_finished)
+    mine = [result for result in started if result.id == enqueued.id]
+    assert [result.status for result in mine] == [TaskResultStatus.RUNNING] * 3
+    assert [len(result.errors) for result in mine] == [0, 1, 2]
+    assert [len(result.worker_ids) for result in mine] == [1, 2, 3]
+    [done] = [result for result in finished if result.id == enqueued.id]
+    last = mine[-1]
+    assert done is not last and done.status == TaskResultStatus.SUCCESSFUL
+    assert done.return_value == 3 and done.finished_at is not None
+    assert (done.args, done.started_at, done.last_attempted_at) == (
+        last.args,
+        last.started_at,
+        last.last_attempted_at,
+    )
+    assert done.worker_ids == last.worker_ids and done.errors == last.errors
+    assert done.started_at == mine[0].started_at  # the first attempt's start
+
+
 def test_an_unknown_result_id_does_not_exist(mirroring):
     with pytest.raises(TaskResultDoesNotExist):
         dtasks.multiply.get_result("no-such-task")
