@@ -15,7 +15,7 @@ from django_rtq.broker.waiting import waiting_for_worker
 from django_rtq.exceptions import BrokerUnavailable, DuplicateTask
 from django_rtq.worker import recoverer as recoverer_module
 from django_rtq.worker.processor import Processor
-from django_rtq.worker.processor.fetcher import SHORT_TASKS_BUFFER
+from django_rtq.worker.processor.fetcher import MAX_SHORT_TASKS_BUFFER, SHORT_TASKS_BUFFER, held_tasks
 from django_rtq.worker.server import Worker
 from tests.support.clock import FakeClock
 from tests.support.polling import wait_for
@@ -462,10 +462,52 @@ def test_a_worker_holds_more_tasks_while_they_are_short_and_fewer_once_they_are_
         for i in range(50):
             tasks.record.enqueue("short", i)
         wait_for(lambda: len(reports(redis_client, "short")) == 50, message="the short tasks")
-        assert worker.processor.capacity == SHORT_TASKS_BUFFER * 2
+        # at least: more if the claims' round trips took longer than the tasks (held_tasks)
+        assert worker.processor.capacity >= SHORT_TASKS_BUFFER * 2
 
         tasks.block.enqueue("long", 0.3)  # gives up after 0.3 s: longer than a short task
         wait_for(lambda: reports(redis_client, "long") == ["gave up"], message="the long task")
         wait_for(lambda: worker.processor.capacity == 2 * 2, message="the buffer to shrink")
     finally:
         worker.stop()
+
+
+def test_held_tasks_grow_with_a_claims_round_trip_while_tasks_are_short():
+    """A worker holds 2x its concurrency of long tasks, 4x of short ones, and for short ones
+    also what its threads run while a claim is on its way, up to 16x."""
+    assert held_tasks(8, run_seconds=0.2, claim_seconds=0.0005) == 2 * 8
+    assert held_tasks(8, run_seconds=0.001, claim_seconds=0.0002) == SHORT_TASKS_BUFFER * 8
+    assert held_tasks(8, run_seconds=0.001, claim_seconds=0.0025) == 2 * 8 + 20
+    assert held_tasks(8, run_seconds=0.0001, claim_seconds=0.0025) == MAX_SHORT_TASKS_BUFFER * 8
+    assert held_tasks(8, run_seconds=0.0, claim_seconds=0.0025) == SHORT_TASKS_BUFFER * 8  # nothing ran yet
+
+
+def test_a_worker_whose_redis_is_a_slow_round_trip_away_holds_more_short_tasks(
+    redis_url, prefix, redis_client
+):
+    """Redis behind a proxy that delays every exchange by 20 ms each way: a claim's round trip
+    takes far longer than a short task, so the worker holds as many as it may, and claims them
+    in batches of that size rather than four times its concurrency."""
+    url = redis.connection.parse_url(redis_url)
+    proxy = TCPProxy(url.get("host", "127.0.0.1"), url.get("port", 6379), delay=0.02).up()
+    client = redis.Redis(port=proxy.port, db=url.get("db", 0), decode_responses=True, socket_timeout=5)
+    worker = Worker(broker=Broker(client, prefix=prefix), queues={"default": 1}, concurrency=2)
+    for i in range(300):
+        tasks.record.enqueue("far", i)
+    claims = []
+    claim = worker.processor.fetcher._claim
+
+    def counted_claim(free, start_now):
+        claimed = claim(free, start_now)
+        claims.append(len(claimed))
+        return claimed
+
+    worker.processor.fetcher._claim = counted_claim
+    worker.start()
+    try:
+        wait_for(lambda: len(reports(redis_client, "far")) == 300, timeout=60, message="the tasks")
+        assert worker.processor.capacity == MAX_SHORT_TASKS_BUFFER * 2
+        assert max(claims) > SHORT_TASKS_BUFFER * 2  # a claim took more than the loopback buffer
+    finally:
+        worker.stop()
+        proxy.down()

@@ -1,4 +1,5 @@
-"""A TCP proxy on a loopback port that tests can cut, to make a server unreachable and back."""
+"""A TCP proxy on a loopback port that tests can cut, to make a server unreachable and back, or
+slow down, to put a server a network's round trip away."""
 
 from __future__ import annotations
 
@@ -6,16 +7,20 @@ import contextlib
 import selectors
 import socket
 import threading
+import time
 
 from tests.support.servers import free_port
 
 
 class TCPProxy:
     """Forwards 127.0.0.1:<port> to a target. `down()` drops every connection and refuses new
-    ones (the listener is closed); `up()` listens again on the same port."""
+    ones (the listener is closed); `up()` listens again on the same port. With `delay` (seconds),
+    each chunk of bytes waits that long before it is passed on, in each direction: a round trip
+    through the proxy takes twice as long at least."""
 
-    def __init__(self, target_host: str, target_port: int) -> None:
+    def __init__(self, target_host: str, target_port: int, *, delay: float = 0.0) -> None:
         self.target = (target_host, target_port)
+        self.delay = delay
         self.port = free_port()  # the same port again after down(), so not one the kernel hands out
         self._listener: socket.socket | None = None
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
@@ -73,6 +78,8 @@ class TCPProxy:
                     data = key.fileobj.recv(65536)
                     if not data:
                         return
+                    if self.delay:
+                        time.sleep(self.delay)
                     key.data.sendall(data)
         except (OSError, ValueError):
             return

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 import threading
 import time
@@ -33,8 +34,32 @@ FULL_POLL_SECONDS = 0.05
 #: a few of these durations at most).
 SHORT_TASK_SECONDS = 0.05
 SHORT_TASKS_BUFFER = 4
-#: Weight of the latest handler's duration in the moving average of durations.
+#: The most a worker holds of short tasks, times its concurrency, however long a claim's round
+#: trip (Redis across a network) takes.
+MAX_SHORT_TASKS_BUFFER = 16
+#: A claim's round trip is counted as this at most (seconds): one that took longer met a stalled
+#: Redis, not a network, and must not keep a worker holding more long after.
+MAX_CLAIM_SECONDS = 0.05
+#: Weight of the latest handler's duration in the moving average of durations, and of the
+#: latest claim's round trip in theirs.
 RUN_SECONDS_WEIGHT = 0.2
+
+
+def held_tasks(concurrency: int, run_seconds: float, claim_seconds: float) -> int:
+    """How many claimed tasks a worker may hold, from how long its handlers and its claims' round
+    trips took of late: twice its concurrency for long tasks, SHORT_TASKS_BUFFER times for short
+    ones, and more while a claim takes longer than the tasks do. A claim is sent once a
+    concurrency's worth of room is free, and the threads go on running what is held until it
+    comes back: hold what they run in that time too, so that a round trip of milliseconds (Redis
+    across a network) leaves no thread waiting for it; at most MAX_SHORT_TASKS_BUFFER times the
+    concurrency."""
+    if run_seconds >= SHORT_TASK_SECONDS:
+        return 2 * concurrency
+    held = SHORT_TASKS_BUFFER * concurrency
+    if run_seconds > 0 and claim_seconds > run_seconds:
+        during_a_claim = math.ceil(concurrency * claim_seconds / run_seconds)
+        held = max(held, min(2 * concurrency + during_a_claim, MAX_SHORT_TASKS_BUFFER * concurrency))
+    return held
 
 
 def backoff_seconds(failures: int) -> float:
@@ -100,8 +125,10 @@ class Fetcher:
         #: While the fetcher listens with nothing to do, a task handed to it is kept for the
         #: fetcher's own thread to run.
         self.listening_idle = False
-        # How long handlers took of late (seconds, a moving average): sets the capacity.
+        # How long handlers took of late, and claims (their round trip), in seconds (moving
+        # averages): they set the capacity.
         self._recent_run_seconds = 0.0
+        self._recent_claim_seconds = 0.0
         # How long (seconds) a lease is relied on after the request that set it was sent.
         self._lease_budget = lease_budget
         self._failures = 0  # claims that failed in a row, for another reason than Redis away
@@ -148,14 +175,17 @@ class Fetcher:
         threads wait in memory, so claims come in batches. Short tasks get a deeper buffer (a
         claim's round trip then costs more than the work it brings); long ones a shallow one,
         since a task waiting in one worker's memory is not run by another that is idle."""
-        if self._recent_run_seconds < SHORT_TASK_SECONDS:
-            return SHORT_TASKS_BUFFER * self.concurrency
-        return 2 * self.concurrency
+        return held_tasks(self.concurrency, self._recent_run_seconds, self._recent_claim_seconds)
 
     def note_run(self, seconds: float) -> None:
         """Count a handler's duration into the moving average that sets the capacity."""
         # Unlocked: a lost update of a moving average is harmless.
         self._recent_run_seconds += (seconds - self._recent_run_seconds) * RUN_SECONDS_WEIGHT
+
+    def _note_claim(self, seconds: float) -> None:
+        """Count a claim's round trip into the moving average that sets the capacity."""
+        seconds = min(seconds, MAX_CLAIM_SECONDS)
+        self._recent_claim_seconds += (seconds - self._recent_claim_seconds) * RUN_SECONDS_WEIGHT
 
     def should_claim(self) -> bool:
         """Claim when half the capacity is free, or at once when a thread would otherwise idle;
@@ -232,6 +262,7 @@ class Fetcher:
             self._give_back_lost()
         claimed_at = time.monotonic()
         claimed = self._claim(free, start_now)
+        self._note_claim(time.monotonic() - claimed_at)
         self._failures = 0
         if self.claims_left is not None:
             # Under the lock stop_claiming() takes: what came after it is given back, not run.
