@@ -9,15 +9,20 @@ Run from the repository root, with a Python that has redis-py and psutil (the te
         [--rtt 0] [--handler-redis direct|proxy]
 
 Systems: django-rtq through its own `@task` ("rtq") and through `django.tasks` ("rtq-django"),
-both from the test venv (.venv-test/django6: Django 6, this checkout); huey, Dramatiq, Celery and
-RQ, each installed from PyPI in its own virtualenv under .venv-bench/<peer> (made with Python
-3.12 from pyenv on the first run, reused after). Every system runs the same task bodies
-(bench/peers/common.py): `empty`; `incr`, one Redis INCR on the handler's own connection; `orm`,
-`SELECT 1` through Django's connection (PostgreSQL at 127.0.0.1:5432, user postgres, database
-`test`); `sleep`, time.sleep(0.005). Its tasks and clients are in bench/peers/<peer>_tasks.py
-(django-rtq's in bench/peers/tasks.py, its settings in bench/peers/rtq_settings.py: the ORM
-mirror off, as no peer writes finished tasks to a database); bench/peers/driver.py enqueues, run
-with the system's own Python. (This file runs as a script only: `bench.peers` is the package.)
+both with the ORM mirror and the outbox off, and through `django.tasks` at django-rtq's defaults
+("rtq-django-defaults": the mirror writes every finished task to PostgreSQL, the workers relay
+the outbox), all three from the test venv (.venv-test/django6: Django 6, this checkout); huey,
+Dramatiq, Celery and RQ, each installed from PyPI in its own virtualenv under .venv-bench/<peer>
+(made with Python 3.12 from pyenv on the first run, reused after). Every system runs the same
+task bodies (bench/peers/common.py): `empty`; `incr`, one Redis INCR on the handler's own
+connection; `orm`, `SELECT 1` through Django's connection (PostgreSQL at 127.0.0.1:5432, user
+postgres, database `test`); `sleep`, time.sleep(0.005). Its tasks and clients are in
+bench/peers/<peer>_tasks.py (django-rtq's in bench/peers/tasks.py, its settings in
+bench/peers/rtq_settings.py: the ORM mirror off, as no peer writes finished tasks to a
+database, and the outbox off; bench/peers/rtq_defaults_settings.py leaves both on, and the run
+migrates the database for it first and deletes the mirror's rows before each measurement);
+bench/peers/driver.py enqueues, run with the system's own Python. (This file runs as a script
+only: `bench.peers` is the package.)
 
 The run starts a private redis-server on a free loopback port (no persistence) and stops it at
 the end; every measurement starts from FLUSHALL. redis-server stays on one CPU and the drivers on
@@ -150,11 +155,21 @@ QUICK_SIZES = {
 LABELS = {
     "rtq": "django-rtq @task",
     "rtq-django": "django-rtq django.tasks",
+    "rtq-django-defaults": "django-rtq django.tasks, defaults",
     "huey": "huey",
     "dramatiq": "Dramatiq",
     "celery": "Celery",
     "rq": "RQ SimpleWorker¹",
 }
+LABEL_WIDTH = max(len(label) for label in LABELS.values())
+#: django-rtq's systems, all run by the test venv's Python, by their settings module.
+RTQ_SETTINGS = {
+    "rtq": "bench.peers.rtq_settings",
+    "rtq-django": "bench.peers.rtq_settings",
+    "rtq-django-defaults": "bench.peers.rtq_defaults_settings",
+}
+#: Those whose database needs django-rtq's tables (the ORM mirror, the outbox): migrated first.
+MIGRATED = ("rtq-django-defaults",)
 
 
 @dataclass(frozen=True)
@@ -164,6 +179,7 @@ class System:
     python: Path
     settings: str
     one_at_a_time: bool = False  # RQ: a process runs one job at a time, whatever --concurrency
+    migrate: bool = False  # `django migrate` with its settings before its first use
 
 
 @dataclass(frozen=True)
@@ -263,7 +279,9 @@ class Memory:
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run of ~2 minutes")
-    parser.add_argument("--only", default="rtq,rtq-django,huey,dramatiq,celery,rq", help="systems")
+    parser.add_argument(
+        "--only", default=",".join([*RTQ_SETTINGS, *PEER_REQUIREMENTS]), help="systems, by name"
+    )
     parser.add_argument("--handlers", default=",".join(HANDLERS), help="task bodies")
     parser.add_argument("--enqueue-tasks", type=int, help="tasks enqueued one by one, and in bulk")
     parser.add_argument("--drain-tasks", type=int, help="tasks per drain")
@@ -360,15 +378,16 @@ def ensure_venv(peer: str, base_python: Path) -> Path:
 
 
 def make_systems(args: argparse.Namespace) -> list[System]:
-    known = ["rtq", "rtq-django", *PEER_REQUIREMENTS]
+    known = [*RTQ_SETTINGS, *PEER_REQUIREMENTS]
     unknown = sorted(set(args.only) - set(known))
     if unknown:
         raise SystemExit(f"unknown systems: {', '.join(unknown)} (known: {', '.join(known)})")
     base_python = None
     systems = []
     for name in [name for name in known if name in args.only]:
-        if name in ("rtq", "rtq-django"):
-            systems.append(System(name, LABELS[name], args.rtq_python, "bench.peers.rtq_settings"))
+        if name in RTQ_SETTINGS:
+            settings = RTQ_SETTINGS[name]
+            systems.append(System(name, LABELS[name], args.rtq_python, settings, migrate=name in MIGRATED))
         else:
             base_python = base_python or args.base_python or pyenv_python312()
             python = ensure_venv(name, base_python)
@@ -532,6 +551,25 @@ def system_env(system: System, network: Network, prefix: str, queue_url: str | N
     return env
 
 
+def migrate(system: System, network: Network, prefix: str, logs: Path) -> None:
+    """django-rtq's tables in the system's database: `django migrate` with its settings and
+    environment (its output in the run's logs); exits saying so if it fails."""
+    command = [str(system.python), "-m", "django", "migrate", "--noinput"]
+    env = system_env(system, network, prefix)
+    try:
+        done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False)
+    except OSError as exc:
+        raise SystemExit(f"bench: {system.name}: cannot run `django migrate` ({exc})") from None
+    (logs / f"migrate-{system.name}.log").write_text(done.stdout + done.stderr)
+    if done.returncode != 0:
+        output = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
+        raise SystemExit(
+            f"bench: {system.name} needs django-rtq's tables, and `django migrate` with"
+            f" {system.settings} failed (exit code {done.returncode}); is PostgreSQL up at 127.0.0.1:5432"
+            f" with database {env.get('BENCH_PG_DB', 'test')}? Its last lines:\n{output}"
+        )
+
+
 class Driver:
     """bench/peers/driver.py in the system's own Python: it enqueues, on command."""
 
@@ -597,7 +635,7 @@ def worker_commands(system: System, processes: int, concurrency: int, redis_url:
     """The command line(s) that run `processes` worker processes of `concurrency` threads."""
     python, bin_dir = str(system.python), system.python.parent
     threads, procs = str(concurrency), str(processes)
-    if system.name in ("rtq", "rtq-django"):
+    if system.name in RTQ_SETTINGS:
         rtq = [python, "-m", "django", "rtq_worker", "--queues", QUEUE, "--loglevel", "WARNING"]
         return [[*rtq, "--concurrency", threads, "--processes", procs]]
     if system.name == "huey":
@@ -955,9 +993,9 @@ def header_lines(systems: list[System], hellos: dict[str, dict[str, Any]], clien
     for system in systems:
         versions = hellos[system.name]["versions"]
         text = ", ".join(f"{name} {version}" for name, version in versions.items())
-        if text not in seen:  # django-rtq's two ways share one Python
+        if text not in seen:  # django-rtq's systems share one Python
             seen.add(text)
-            lines.append(f"bench: {system.name if system.name != 'rtq-django' else 'rtq'}: {text}")
+            lines.append(f"bench: {'rtq' if system.name in RTQ_SETTINGS else system.name}: {text}")
     return lines
 
 
@@ -971,7 +1009,10 @@ def repeat_line(repeat: int) -> str:
 
 
 def progress_line(row: Row) -> str:
-    parts = [f"{row.handler:<5} {row.system.label:<24}", f"enqueue {shown(row.enqueue, suffix='/s')}"]
+    parts = [
+        f"{row.handler:<5} {row.system.label:<{LABEL_WIDTH}}",
+        f"enqueue {shown(row.enqueue, suffix='/s')}",
+    ]
     if row.bulk is not None:
         parts.append(f"bulk ({row.bulk_call}) {shown(row.bulk, suffix='/s')}")
 
@@ -1077,8 +1118,8 @@ def handler_tables(handler: str, rows: list[Row], ctx: Context) -> list[str]:
             one, two = row.drain(1, lambda d: d.rate / ideal), row.drain(2, lambda d: d.rate / (2 * ideal))
             if one and two:
                 lines.append(
-                    f"  {row.system.label:<24} {shown(one, '{:.1%}'.format)} of the ideal with 1 process,"
-                    f" {shown(two, '{:.1%}'.format)} with 2"
+                    f"  {row.system.label:<{LABEL_WIDTH}} {shown(one, '{:.1%}'.format)} of the ideal with"
+                    f" 1 process, {shown(two, '{:.1%}'.format)} with 2"
                 )
     return lines
 
@@ -1124,18 +1165,43 @@ def pooled(rows: list[Row], system: str, value: Callable[[Row], Figure | None]) 
     )
 
 
+def drain_rate(row: Row | None, processes: int) -> Figure | None:
+    return row.drain(processes, rate) if row else None
+
+
+def compared(a: Figure | None, b: Figure | None, text: str) -> list[str]:
+    """A line comparing two rates, if there are both: `text` with {a} and {b} (their figures)
+    and {r} (a / b); else none."""
+    if a is None or b is None:
+        return []
+    a_text, b_text = a.text(whole, "/s", count=True), b.text(whole, "/s", count=True)
+    return [text.format(a=a_text, b=b_text, r=a.median / b.median)]
+
+
+def incr_bar_lines(rows: list[Row]) -> list[str]:
+    """Issue 29's bar, incr with one worker process: django.tasks with the ORM mirror off and at
+    django-rtq's defaults (mirror on), against the native path (`@task`, mirror off) and huey."""
+    native, huey = drain_rate(find(rows, "rtq", "incr"), 1), drain_rate(find(rows, "huey", "incr"), 1)
+    plain = drain_rate(find(rows, "rtq-django", "incr"), 1)
+    defaults = drain_rate(find(rows, "rtq-django-defaults", "incr"), 1)
+    at_defaults = "django.tasks at the defaults (ORM mirror on)"
+    return [
+        *compared(plain, native, "incr, 1 process: django.tasks {a} vs @task {b} = {r:.2f}x the native path"),
+        *compared(
+            defaults,
+            native,
+            f"incr, 1 process: {at_defaults} {{a}} vs @task (mirror off) {{b}} = {{r:.2f}}x the native path",
+        ),
+        *compared(defaults, huey, f"incr, 1 worker process: {at_defaults} {{a}} vs huey {{b}} = {{r:.2f}}x"),
+    ]
+
+
 def target_lines(rows: list[Row], memories: list[list[Memory]], ctx: Context) -> list[str]:
     """The comparisons issue 12 is judged on, each on one line (where the run has both sides)."""
     lines = ["", "== issue 12's figures"]
 
-    def drain_rate(row: Row | None, processes: int) -> Figure | None:
-        return row.drain(processes, rate) if row else None
-
     def both(a: Figure | None, b: Figure | None, text: str) -> None:
-        """A line comparing two rates: `text` with {a} and {b} (their figures) and {r} (a / b)."""
-        if a is not None and b is not None:
-            a_text, b_text = a.text(whole, "/s", count=True), b.text(whole, "/s", count=True)
-            lines.append(text.format(a=a_text, b=b_text, r=a.median / b.median))
+        lines.extend(compared(a, b, text))
 
     incr_dj, incr_huey = find(rows, "rtq-django", "incr"), find(rows, "huey", "incr")
     for p in (1, 2):
@@ -1144,8 +1210,9 @@ def target_lines(rows: list[Row], memories: list[list[Memory]], ctx: Context) ->
             drain_rate(incr_huey, p),
             f"incr, {p} worker process{'es' if p > 1 else ''}: django.tasks {{a}} vs huey {{b}} = {{r:.2f}}x",
         )
+    lines += incr_bar_lines(rows)
     ideal = ctx.args.sleep_concurrency / SLEEP_SECONDS
-    for name in ("rtq-django", "rtq"):
+    for name in ("rtq-django", "rtq-django-defaults", "rtq"):
         row = find(rows, name, "sleep")
         for p in (1, 2):
             both(
@@ -1169,7 +1236,7 @@ def target_lines(rows: list[Row], memories: list[list[Memory]], ctx: Context) ->
     # Enqueueing and the start of a task do not depend on its body: each handler's row is more
     # runs of the same figure, and the median of all of them is steadier than any row's.
     huey_enqueue = pooled(rows, "huey", lambda r: r.enqueue)
-    for name in ("rtq", "rtq-django"):
+    for name in RTQ_SETTINGS:
         both(
             pooled(rows, name, lambda r: r.enqueue),
             huey_enqueue,
@@ -1184,7 +1251,7 @@ def target_lines(rows: list[Row], memories: list[list[Memory]], ctx: Context) ->
             + (f" (RQ enqueue_many {rq.text(whole, '/s', count=True)})" if rq else "")
         )
     huey_p50, huey_p99 = pooled(rows, "huey", lambda r: r.p50), pooled(rows, "huey", lambda r: r.p99)
-    for name in ("rtq", "rtq-django"):
+    for name in RTQ_SETTINGS:
         p50, p99 = pooled(rows, name, lambda r: r.p50), pooled(rows, name, lambda r: r.p99)
         if p50 and p99 and huey_p50 and huey_p99:
             texts = [figure.text(ms, " ms", count=True) for figure in (p50, p99, huey_p50, huey_p99)]
@@ -1223,8 +1290,9 @@ def network_target_lines(rows: list[Row], ctx: Context) -> list[str]:
                 f" {huey_rate.text(whole, '/s', count=True)} = {rtq_rate.median / huey_rate.median:.2f}x"
                 " (a run at --rtt 0 gives its loopback rate)"
             )
+    lines += incr_bar_lines(rows)
     if ctx.network.handler != ctx.network.direct:
-        for name in ("rtq-django", "rtq", "huey"):
+        for name in ("rtq-django", "rtq-django-defaults", "rtq", "huey"):
             row = find(rows, name, "incr")
             if row is None:
                 continue
@@ -1274,6 +1342,9 @@ def run(
 ) -> list[str]:
     client = redis.Redis.from_url(network.direct)
     ctx = Context(args, client, network, prefix, logs)
+    for system in systems:
+        if system.migrate:
+            migrate(system, network, prefix, logs)
     drivers = {s.name: make_driver(s, network, prefix, logs, args.driver_cpu) for s in systems}
     try:
         lines = header_lines(systems, {name: d.hello for name, d in drivers.items()}, client)

@@ -23,6 +23,7 @@ REPLY = "@@bench "
 MODULES = {
     "rtq": "bench.peers.tasks",
     "rtq-django": "bench.peers.tasks",
+    "rtq-django-defaults": "bench.peers.tasks",
     "huey": "bench.peers.huey_tasks",
     "dramatiq": "bench.peers.dramatiq_tasks",
     "celery": "bench.peers.celery_tasks",

@@ -2,7 +2,10 @@
 on the run's private Redis, both through its own `@task` and through `django.tasks`.
 
 The ORM mirror of finished tasks is off (no peer writes finished tasks to a database; its cost
-is measured by bench/throughput.py); RETENTION is django-rtq's default, 0.
+is measured by bench/throughput.py); RETENTION is django-rtq's default, 0. The transactional
+outbox is off too: nothing here enqueues on commit, and with it on every worker relays the outbox
+from its table, which the bench's database lacks unless migrated (the worker then logs "cannot
+relay the outbox" in every run). bench/peers/rtq_defaults_settings.py keeps both on, migrated.
 """
 
 import os
@@ -19,6 +22,7 @@ RTQ = {
     "QUEUES": {"bench": 1},
     "DEFAULT_QUEUE": "bench",
     "MIRROR": False,
+    "OUTBOX": False,
 }
 TASKS = {"default": {"BACKEND": "django_rtq.backends.RTQBackend", "QUEUES": ["bench"]}}
 

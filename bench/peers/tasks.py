@@ -1,7 +1,8 @@
 """django-rtq's side: the four handlers as django-rtq `@task`s and as `django.tasks` tasks run by
 `django_rtq.backends.RTQBackend`, and the driver's clients for both (bench/peers/driver.py).
 
-Settings: bench.peers.rtq_settings (this module is autodiscovered by the worker).
+Settings: bench.peers.rtq_settings, or bench.peers.rtq_defaults_settings for django.tasks at
+django-rtq's defaults (this module is autodiscovered by the worker).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from django.tasks import task as django_task
 
 from bench.peers import common
 from django_rtq import enqueue_many, task
+from django_rtq.conf import get_settings
+from django_rtq.models import FinishedTask
 
 DISTRIBUTIONS = ("django-rtq", "django", "redis", "hiredis", "psycopg")
 
@@ -93,7 +96,14 @@ class DjangoTasksClient:
         DJANGO_TASKS[handler].enqueue(token)
 
     def reset(self) -> None:
-        pass
+        """With the ORM mirror on, delete the rows of this bench's finished tasks: RETENTION 0
+        does not drop them (they are kept MIRROR_MAX_AGE), and every drain writes one a task."""
+        if get_settings().MIRROR:
+            FinishedTask.objects.filter(task_name__startswith="bench.peers.").delete()
 
 
-CLIENTS = {"rtq": NativeClient(), "rtq-django": DjangoTasksClient()}
+CLIENTS = {
+    "rtq": NativeClient(),
+    "rtq-django": DjangoTasksClient(),
+    "rtq-django-defaults": DjangoTasksClient(),
+}
