@@ -163,7 +163,7 @@ def attempt(message: TaskMessage, *, queue: str, number: int, worker_id: str) ->
     context the message carries, or a root span if it carries none; current while the handler
     runs. Yields `finish(error)`: the outcome, an error's status and event."""
     otel = api()
-    if otel is None:
+    if otel is None or (not message.trace and _records_nothing(otel)):
         yield _no_finish
         return
     parent = otel.context.Context()  # a root span unless the message carries a context
@@ -219,3 +219,10 @@ def attempt(message: TaskMessage, *, queue: str, number: int, worker_id: str) ->
 
 def _no_finish(error: BaseException | None) -> None:
     pass
+
+
+def _records_nothing(otel: SimpleNamespace) -> bool:
+    """Whether no OpenTelemetry SDK is set up in this process (the API alone, whose global
+    provider is still its proxy): a span would then record nothing. An attempt with no trace
+    context to continue then skips its span, which costs a worker about 30 µs a task."""
+    return isinstance(otel.trace.get_tracer_provider(), otel.trace.ProxyTracerProvider)
