@@ -24,9 +24,6 @@ import logging
 import statistics
 import sys
 import time
-from pathlib import Path
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def parse_args() -> argparse.Namespace:
@@ -34,25 +31,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--calls", type=int, default=20000, help="calls a run")
     parser.add_argument("--repeat", type=int, default=5, help="runs of each measure; the median is printed")
     return parser.parse_args()
-
-
-def setup_django() -> None:
-    here = str(Path(__file__).resolve().parent)
-    sys.path[:] = [p for p in sys.path if p and Path(p).resolve() != Path(here)]
-    sys.path.insert(0, str(REPO_ROOT))
-    import django
-    from django.conf import settings
-
-    settings.configure(
-        SECRET_KEY="bench-only",
-        USE_TZ=True,
-        INSTALLED_APPS=["django_rtq"],
-        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
-        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
-        RTQ={"REDIS_URL": "redis://127.0.0.1:1/0", "QUEUES": {"bench": 1}, "DEFAULT_QUEUE": "bench"},
-        TASKS={"default": {"BACKEND": "django_rtq.backends.RTQBackend", "QUEUES": ["bench"]}},
-    )
-    django.setup()
 
 
 def noop(token: str = "") -> None:
@@ -72,7 +50,9 @@ def median_micros(runs: int, calls: int, call) -> tuple[float, float, float]:
 
 def main() -> int:
     args = parse_args()
-    setup_django()
+    from enqueue import setup_django  # bench/enqueue.py's settings: no Redis is reached here
+
+    setup_django("redis://127.0.0.1:1/0", "rtqbench-djcost")
     import django
     from django.tasks import task as django_task
 

@@ -238,20 +238,7 @@ class RTQBackend(BaseTaskBackend):
             priority=message.priority,
             process_at=message.process_at,
         )
-        return TaskResult(
-            task=task,
-            id=result_id,
-            status=TaskResultStatus.READY,
-            enqueued_at=django_datetime(message.enqueued_at),
-            started_at=None,
-            finished_at=None,
-            last_attempted_at=None,
-            args=message.args,
-            kwargs=message.kwargs,
-            backend=task.backend,
-            errors=[],
-            worker_ids=[],
-        )
+        return _ready_result(task, message, result_id, task.backend)
 
     def _result(self, view: TaskView) -> TaskResult:
         """A task's view as Django reads a result: a running attempt is the latest one, begun
@@ -285,7 +272,7 @@ class RTQBackend(BaseTaskBackend):
 
 
 def _ready_result(task: Task, message: TaskMessage, result_id: str, backend: str) -> TaskResult:
-    """The result `enqueue` returns: the task READY, as its message was sent."""
+    """A task READY, as its message was sent (or kept in the outbox)."""
     return TaskResult(
         task=task,
         id=result_id,
