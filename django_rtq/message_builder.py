@@ -3,17 +3,20 @@ arguments checked against the handler and against JSON."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import json
+import math
 import secrets
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Protocol
 
 from .broker.message import MAX_PRIORITY, MIN_PRIORITY, TaskMessage
-from .conf import get_settings
+from .conf import RTQSettings, get_settings
 from .connection import queue_time
 from .exceptions import InvalidArguments, InvalidTask
 from .queue_names import warn_if_unnamed
@@ -48,39 +51,37 @@ def build_message(
 
     The arguments must fit the handler's signature and come back from JSON as they were given,
     tuples aside with `tuples_become_lists` (`django.tasks`' rule); else InvalidArguments."""
-    conf = get_settings()
-    opts = task_type.options
+    plan = _call_plan(task_type)
     now = queue_time()
-    queue = opts.get("queue") or conf.DEFAULT_QUEUE
-    check_queue(queue, task_type.name)
-    warn_if_unnamed(queue, task_type.name)
-
-    priority = opts.get("priority", 0)
-    if (
-        not isinstance(priority, int)
-        or isinstance(priority, bool)
-        or not MIN_PRIORITY <= priority <= MAX_PRIORITY
-    ):
-        raise InvalidTask(
-            f"priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}, not {priority!r}."
-        )
-    max_retries = opts.get("max_retries", conf.MAX_RETRIES)
-    if not isinstance(max_retries, int) or isinstance(max_retries, bool) or max_retries < 0:
-        raise InvalidTask(f"max_retries must be a non-negative integer, not {max_retries!r}.")
-    timeout = as_seconds(opts.get("timeout", conf.TIMEOUT), "timeout", allow_none=True)
-    retention = as_seconds(opts.get("retention", conf.RETENTION), "retention")
-    deadline = as_instant(opts.get("deadline"), "deadline", now)
-    process_at = _process_at(opts, now)
-
+    warn_if_unnamed(plan.queue, task_type.name)
+    opts = task_type.options
+    if not plan.plain:
+        deadline = as_instant(opts.get("deadline"), "deadline", now)
+        process_at = _process_at(opts, now)
     args, kwargs = list(args), dict(kwargs)
     _bind(task_type, args, kwargs)
-    arguments_json = _arguments_json(args, kwargs, task_type.name, tuples_become_lists=tuples_become_lists)
+    if plan.plain:  # no option of the call's own: the message is its arguments, an id and the time
+        if not _plain_json(args, kwargs):
+            _arguments_json(args, kwargs, task_type.name, tuples_become_lists=tuples_become_lists)
+        return TaskMessage(
+            id=new_task_id(),
+            task=task_type.name,
+            queue=plan.queue,
+            args=args,
+            kwargs=kwargs,
+            priority=plan.priority,
+            max_retries=plan.max_retries,
+            timeout=plan.timeout,
+            retention=plan.retention,
+            enqueued_at=now,
+        )
 
+    arguments_json = _arguments_json(args, kwargs, task_type.name, tuples_become_lists=tuples_become_lists)
     unique = opts.get("unique", False)
     unique_key = opts.get("unique_key")
     unique_ttl = None
     if unique or unique_key:
-        unique_ttl = conf.UNIQUE_TTL if unique is True or not unique else as_seconds(unique, "unique")
+        unique_ttl = plan.conf.UNIQUE_TTL if unique is True or not unique else as_seconds(unique, "unique")
         unique_key = call_key(task_type.name, unique_key, arguments_json, args, kwargs, "unique_key")
     debounce, debounce_key = _debounce(opts, task_type.name, arguments_json, args, kwargs)
     partition = _partition(task_type, args, kwargs)
@@ -99,26 +100,21 @@ def build_message(
 
     task_id = opts.get("task_id")
     if task_id is None:
-        # 22 URL-safe characters, 128 random bits (a uuid4 has 122): short enough for Redis'
-        # 32-byte allocations, and an id is stored three times (msg, state, the state's set).
-        # Never a leading "-", which the management commands would take for an option.
-        task_id = secrets.token_urlsafe(16)
-        while task_id[0] == "-":
-            task_id = secrets.token_urlsafe(16)
+        task_id = new_task_id()
     elif not isinstance(task_id, str) or not TASK_ID_PATTERN.fullmatch(task_id):
         raise InvalidTask(f"task_id must be {TASK_ID_RULE}, not {task_id!r}.")
 
     return TaskMessage(
         id=task_id,
         task=task_type.name,
-        queue=queue,
+        queue=plan.queue,
         args=args,
         kwargs=kwargs,
-        priority=priority,
-        max_retries=max_retries,
-        timeout=timeout,
+        priority=plan.priority,
+        max_retries=plan.max_retries,
+        timeout=plan.timeout,
         deadline=deadline,
-        retention=retention or 0.0,
+        retention=plan.retention,
         unique_key=unique_key,
         unique_ttl=unique_ttl,
         enqueued_at=now,
@@ -127,6 +123,92 @@ def build_message(
         debounce_key=debounce_key,
         partition=partition,
         partition_weight=partition_weight(opts, partition) if partition is not None else 1,
+    )
+
+
+def new_task_id() -> str:
+    """A new task's id: 22 URL-safe characters, 128 random bits (a uuid4 has 122), short
+    enough for Redis' 32-byte allocations (an id is stored three times: msg, state, the
+    state's set), and never with a leading "-", which the management commands would take
+    for an option."""
+    task_id = secrets.token_urlsafe(16)
+    while task_id[0] == "-":
+        task_id = secrets.token_urlsafe(16)
+    return task_id
+
+
+@dataclass(frozen=True, slots=True)
+class CallPlan:
+    """What a task type's options and the settings decide for every call of it, checked once
+    per type (and again once either changes), so that a call resolves only its own."""
+
+    conf: RTQSettings  # the settings it was resolved against
+    options: dict[str, Any]  # the options it was resolved from (never changed in place)
+    queue: str
+    priority: int
+    max_retries: int
+    timeout: float | None
+    retention: float
+    # no option that depends on the call (a delay, a deadline, a unique or debounce key, a
+    # partition, a task id): a message of its arguments, a new id and the time
+    plain: bool
+
+
+#: The options whose value depends on the call: a type that sets none makes plain messages.
+_CALL_OPTIONS = (
+    "deadline",
+    "delay",
+    "process_at",
+    "unique",
+    "unique_key",
+    "debounce",
+    "debounce_key",
+    "partition",
+    "partition_by",
+    "task_id",
+)
+
+
+def _call_plan(task_type: TaskSpec) -> CallPlan:
+    """The type's plan, kept on it (`TaskType.call_plan`) while its options and the settings
+    are those it was made from; InvalidTask (each call) for an invalid option."""
+    conf = get_settings()
+    plan = getattr(task_type, "call_plan", None)
+    if plan is not None and plan.conf is conf and plan.options is task_type.options:
+        return plan
+    plan = _resolve_plan(task_type, conf)
+    with contextlib.suppress(AttributeError):  # a TaskSpec with no room for it: resolved each call
+        object.__setattr__(task_type, "call_plan", plan)
+    return plan
+
+
+def _resolve_plan(task_type: TaskSpec, conf: RTQSettings) -> CallPlan:
+    opts = task_type.options
+    queue = opts.get("queue") or conf.DEFAULT_QUEUE
+    check_queue(queue, task_type.name)
+    priority = opts.get("priority", 0)
+    if (
+        not isinstance(priority, int)
+        or isinstance(priority, bool)
+        or not MIN_PRIORITY <= priority <= MAX_PRIORITY
+    ):
+        raise InvalidTask(
+            f"priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}, not {priority!r}."
+        )
+    max_retries = opts.get("max_retries", conf.MAX_RETRIES)
+    if not isinstance(max_retries, int) or isinstance(max_retries, bool) or max_retries < 0:
+        raise InvalidTask(f"max_retries must be a non-negative integer, not {max_retries!r}.")
+    timeout = as_seconds(opts.get("timeout", conf.TIMEOUT), "timeout", allow_none=True)
+    retention = as_seconds(opts.get("retention", conf.RETENTION), "retention")
+    return CallPlan(
+        conf=conf,
+        options=opts,
+        queue=queue,
+        priority=priority,
+        max_retries=max_retries,
+        timeout=timeout,
+        retention=retention or 0.0,
+        plain=all(opts.get(name) is None or opts.get(name) is False for name in _CALL_OPTIONS),
     )
 
 
@@ -326,6 +408,16 @@ def _arguments_json(
 #: Types whose values come back from JSON as they were; one of their subclasses (an IntEnum)
 #: comes back as the type it derives from.
 _SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _plain_json(args: list[Any], kwargs: dict[str, Any]) -> bool:
+    """Whether the arguments are all values JSON holds as they are (strings, numbers, booleans,
+    None; no NaN or infinity): then they need no encoding to be checked."""
+    for value in (*args, *kwargs.values()):
+        kind = type(value)
+        if kind not in _SCALARS or (kind is float and not math.isfinite(value)):
+            return False
+    return True
 
 
 def _changed_by_json(

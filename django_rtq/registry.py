@@ -54,6 +54,8 @@ class TaskType:
     limit: Limit | None = field(init=False, repr=False)
     # the limits of its partitions (`partition_max_concurrency`, ..., `partition_limits`), if any
     partition_limits: PartitionLimits | None = field(init=False, repr=False)
+    # what its options and the settings decide for every call (message_builder.CallPlan)
+    call_plan: Any = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.func))

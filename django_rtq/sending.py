@@ -25,7 +25,7 @@ from .connection import get_broker, note_redis_away, redis_recently_away
 from .exceptions import BrokerUnavailable, DuplicateTask, TaskIdConflict
 from .message_builder import give_back_unannounced, take_unannounced
 from .outbox import Announce, delete_sent, keep, report_dropped, store
-from .tracing import sending
+from .tracing import carries_trace, sending
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +51,8 @@ def enqueue(
 
     Each carries the trace context of the enqueue's span (tracing.py), if any.
     """
+    if not carries_trace():
+        return _enqueue(messages, announce=announce, on_commit=on_commit)
     with sending(messages) as traced:
         return _enqueue(traced, announce=announce, on_commit=on_commit)
 

@@ -63,6 +63,11 @@ def _sending_api() -> SimpleNamespace | None:
     return None
 
 
+def carries_trace() -> bool:
+    """Whether an enqueue now carries a trace context (`sending` has a span to make)."""
+    return _sending_api() is not None
+
+
 def _tracer(otel: SimpleNamespace) -> Any:
     return otel.trace.get_tracer(TRACER_NAME)
 

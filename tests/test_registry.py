@@ -206,3 +206,32 @@ def test_a_lambda_given_a_name_is_taken(settings):
         assert get_task_type("tests.registry.double") is double and double(4) == 8
     finally:
         unregister_task("tests.registry.double")
+
+
+def test_a_task_types_defaults_follow_the_settings_once_they_change(settings):
+    before = tasks.add.prepare(1, 1)
+    settings.RTQ = {**settings.RTQ, "DEFAULT_QUEUE": "elsewhere", "MAX_RETRIES": 2, "TIMEOUT": 9}
+    after = tasks.add.prepare(1, 1)
+    assert (before.queue, before.max_retries, before.timeout) == ("default", 5, 1800.0)
+    assert (after.queue, after.max_retries, after.timeout) == ("elsewhere", 2, 9.0)
+
+
+def test_an_invalid_option_is_refused_at_every_call_not_only_the_first():
+    invalid = tasks.add.using(priority=500)
+    for _ in range(2):
+        with pytest.raises(InvalidTask, match="priority must be an integer"):
+            invalid.prepare(1, 1)
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf")])
+def test_an_infinite_argument_is_refused_like_nan(value):
+    with pytest.raises(InvalidTask, match="must be JSON-serializable"):
+        tasks.add.prepare(value, 1)
+
+
+def test_a_call_with_options_of_its_own_and_a_plain_one_resolve_the_same_defaults():
+    plain = tasks.add.prepare(1, b=2)
+    delayed = tasks.add.using(delay=60).prepare(1, b=2)
+    for name in ("queue", "priority", "max_retries", "timeout", "retention", "args", "kwargs"):
+        assert getattr(plain, name) == getattr(delayed, name), name
+    assert plain.process_at is None and delayed.process_at == pytest.approx(delayed.enqueued_at + 60)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import operator
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
@@ -62,18 +63,20 @@ class TaskMessage:
         with an anchored pattern), and only above version 1; a partition and its weight come
         right after it (_lib.lua's partition_of reads them so) (never written: see versions.py):
         a message is written in the oldest format that holds its fields (`version`)."""
+        stored = {
+            name: value
+            for name, unless, value in zip(_OPTIONAL_NAMES, _LEFT_OUT_AT, _optional_values(self), strict=True)
+            if value != unless
+        }
         data: dict[str, Any] = {"task": self.task}
-        version = self.version()
-        if version > 1:
-            data["v"] = version
+        later = stored.keys() & FIELD_SINCE.keys()
+        if later:
+            data["v"] = max(FIELD_SINCE[name] for name in later)
         if self.partition is not None:
-            data["partition"] = self.partition
-            if self.partition_weight != 1:
-                data["partition_weight"] = self.partition_weight
-        for name, default in _OPTIONAL_FIELDS:
-            value = getattr(self, name)
-            if (value != default or name in _ALWAYS_STORED) and name not in _WRITTEN_FIRST:
-                data[name] = value
+            data["partition"] = stored.pop("partition")
+            if "partition_weight" in stored:
+                data["partition_weight"] = stored.pop("partition_weight")
+        data.update(stored)
         return _ENCODER.encode(data)
 
     def version(self) -> int:
@@ -146,9 +149,13 @@ FIELD_SINCE: dict[str, int] = {
 #: Stored even at its default: the ORM mirror reads the stored JSON itself, and takes a missing
 #: enqueued_at for an unknown time but 0.0 for the epoch.
 _ALWAYS_STORED = frozenset({"enqueued_at"})
-#: Written ahead of the other fields, by to_json itself.
-_WRITTEN_FIRST = frozenset({"partition", "partition_weight"})
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+#: The optional fields' names and their values, read at once (to_json), and the value each is
+#: left out at: its default, or a value no field equals for those stored whatever they hold.
+_OPTIONAL_NAMES = tuple(name for name, _ in _OPTIONAL_FIELDS)
+_optional_values = operator.attrgetter(*_OPTIONAL_NAMES)
+_ALWAYS = object()
+_LEFT_OUT_AT = tuple(_ALWAYS if name in _ALWAYS_STORED else default for name, default in _OPTIONAL_FIELDS)
 _NUMBER = (int, float)
 OPTIONAL_NUMBER = (int, float, type(None))
 OPTIONAL_STR = (str, type(None))
