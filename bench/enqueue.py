@@ -5,11 +5,15 @@ Run from the repository root (a script, not a test):
     python bench/enqueue.py [--tasks 20000] [--bulk-tasks 20000] [--memory-tasks 100000]
                             [--repeat 3] [--redis-url redis://127.0.0.1:6379/0]
 
-Each single-enqueue line is the median of `--repeat` runs of `--tasks` calls (with the range),
-and its overhead over the floor measured in the same run: one `EVALSHA` round trip of a one-line
+Each single-enqueue line is the median of `--repeat` runs of `--tasks` calls (with the range);
+the runs go in rounds, each measure once a round, and a line's overhead over the floor is the
+median of its rounds' differences to the floor: one `EVALSHA` round trip of a one-line
 script on the same redis-py connection (issue 29's floor; a `PING` is printed beside it). The
 enqueue script's own round trip (`EVALSHA` of enqueue.lua with prepared arguments) shows how much
-of that overhead is the script's time in Redis rather than Python. Memory is measured with `MEMORY USAGE`
+of that overhead is the script's time in Redis rather than Python. Three more lines bound what any
+enqueue of this design costs: an `LPUSH` of the message (huey's whole enqueue), the least script
+that writes a task as django-rtq stores it (LEAST_ENQUEUE), and that script after building the
+message. Memory is measured with `MEMORY USAGE`
 of the queue's msg, state, pending and priority keys, and with `INFO memory` used_memory before
 and after (server-wide: other clients of the same Redis add noise). The run uses a key prefix of
 its own ("rtqbench-enq-<random>") and deletes its keys at the end.
@@ -62,6 +66,18 @@ def setup_django(redis_url: str, prefix: str) -> None:
     django.setup()
 
 
+#: The least a script must do to enqueue a task atomically as django-rtq stores it: refuse a
+#: taken id, write the message, give it its place in pending, note its state. No hand-off to an
+#: idle worker, no wake-up, no priority, delay, uniqueness or partition: a lower bound.
+LEAST_ENQUEUE = """
+if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return {1, 1} end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('ZADD', KEYS[3], 100 * 10000000000000 + redis.call('INCR', KEYS[4]), ARGV[1])
+redis.call('HSET', KEYS[2], ARGV[1], 'pending')
+return {0}
+"""
+
+
 def noop() -> None:
     """The task enqueued: no arguments, the default options (a small task)."""
 
@@ -88,13 +104,11 @@ def median_micros(runs: int, count: int, measure) -> tuple[float, float, float]:
     return statistics.median(micros), micros[0], micros[-1]
 
 
-def line(what: str, count: int, micros: tuple[float, float, float], floor: float | None = None) -> str:
+def line(what: str, count: int, micros: tuple[float, float, float]) -> str:
     median, low, high = micros
-    text = f"{what}: {count} calls a run, median {1e6 / median:,.0f}/s = {median:.1f} µs"
-    text += f" ({low:.1f}-{high:.1f})"
-    if floor:
-        text += f"; {median - floor:+.1f} µs over the EVALSHA floor"
-    return text
+    return (
+        f"{what}: {count} calls a run, median {1e6 / median:,.0f}/s = {median:.1f} µs ({low:.1f}-{high:.1f})"
+    )
 
 
 def timed(count: int, call, before=None):
@@ -168,36 +182,73 @@ def main() -> int:
         dj_noop.enqueue()
         clear_queue()
         n = args.tasks
+        qk = broker.queue(QUEUE)
         one_line = client.script_load("return 1")
-        ping = median_micros(args.repeat, n, timed(n, client.ping))
-        print(line("PING (redis-py, one connection)", n, ping), flush=True)
-        evalsha = median_micros(args.repeat, n, timed(n, lambda: client.evalsha(one_line, 0)))
-        print(line("EVALSHA floor (a one-line script, the same connection)", n, evalsha), flush=True)
-        floor = evalsha[0]
-        built = median_micros(args.repeat, n, timed(n, lambda: build_message(rtq_noop, (), {})))
-        print(line("build_message only (no I/O)", n, built), flush=True)
+        least = client.script_load(LEAST_ENQUEUE)
+        least_keys = (qk.msg, qk.state, qk.pending, qk.seq)
         prepared = [rtq_noop.prepare() for _ in range(n)]
+        body = prepared[0].to_json()
         script = iter(())
 
-        def script_call() -> None:
-            broker._run_pipelined([broker._send_call("enqueue", qk, [next(script)], 0, qk.handoff_prefix)])
-
-        def fresh_script_calls() -> None:
+        def fresh_prepared() -> None:
             nonlocal script
             clear_queue()
             script = iter([replace(message, id=f"{message.id}{i}") for i, message in enumerate(prepared)])
 
-        qk = broker.queue(QUEUE)
-        raw = median_micros(args.repeat, n, timed(n, script_call, fresh_script_calls))
-        print(line("enqueue.lua alone (EVALSHA of a prepared task)", n, raw, floor), flush=True)
+        def enqueue_script() -> None:
+            broker._run_pipelined([broker._send_call("enqueue", qk, [next(script)], 0, qk.handoff_prefix)])
+
+        def outboxed_script() -> None:
+            call = broker._send_call("send_outboxed", qk, [next(script)], 0, qk.handoff_prefix)
+            broker._run_each([call])
+
+        def least_script() -> None:
+            client.evalsha(least, 4, *least_keys, next(script).id, body)
+
+        def least_built() -> None:
+            message = build_message(rtq_noop, (), {})
+            client.evalsha(least, 4, *least_keys, message.id, message.to_json())
+
+        # (what, the call, what to do before a run of it); every round runs each once, in turn,
+        # so that a change of the machine's pace between rounds moves all of them alike
+        floor_what = "EVALSHA floor (a one-line script, the same connection)"
         measures = [
-            ("enqueue one by one, @task .enqueue()", rtq_noop.enqueue),
-            ("enqueue one by one, @task .enqueue_on_commit() (autocommit)", rtq_noop.enqueue_on_commit),
-            ("enqueue one by one, django.tasks .enqueue()", dj_noop.enqueue),
+            ("PING (redis-py, one connection)", client.ping, None),
+            (floor_what, lambda: client.evalsha(one_line, 0), None),
+            ("build_message only (no I/O)", lambda: build_message(rtq_noop, (), {}), None),
+            (
+                "LPUSH of a message (one command, as huey's enqueue)",
+                lambda: client.lpush(qk.pending + ":lpush", body),
+                clear_queue,
+            ),
+            ("the least enqueue script (LEAST_ENQUEUE, a prepared task)", least_script, fresh_prepared),
+            ("build_message + to_json + the least script", least_built, clear_queue),
+            ("enqueue.lua alone (EVALSHA of a prepared task)", enqueue_script, fresh_prepared),
+            (
+                "send_outboxed.lua alone (the same, as enqueue_on_commit sends it)",
+                outboxed_script,
+                fresh_prepared,
+            ),
+            ("enqueue one by one, @task .enqueue()", rtq_noop.enqueue, clear_queue),
+            (
+                "enqueue one by one, @task .enqueue_on_commit() (autocommit)",
+                rtq_noop.enqueue_on_commit,
+                clear_queue,
+            ),
+            ("enqueue one by one, django.tasks .enqueue()", dj_noop.enqueue, clear_queue),
         ]
-        for what, call in measures:
-            micros = median_micros(args.repeat, n, timed(n, call, clear_queue))
-            print(line(what, n, micros, floor), flush=True)
+        runs: dict[str, list[float]] = {what: [] for what, _, _ in measures}
+        for _ in range(args.repeat):
+            for what, call, before in measures:
+                runs[what].append(timed(n, call, before)() / n * 1e6)
+        floors = runs[floor_what]
+        for what, _, _ in measures:
+            micros = sorted(runs[what])
+            text = line(what, n, (statistics.median(micros), micros[0], micros[-1]))
+            if what != floor_what and "no I/O" not in what:
+                over = statistics.median(m - f for m, f in zip(runs[what], floors, strict=True))
+                text += f"; {over:+.1f} µs over the EVALSHA floor (median of each round's difference)"
+            print(text, flush=True)
 
         bulk_n = args.bulk_tasks
 
