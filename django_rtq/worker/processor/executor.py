@@ -40,6 +40,8 @@ def set_expiry(job: Job, now: float) -> None:
 
 def encode_result(result: Any) -> str:
     """The handler's return value as JSON, or NonRetryableError if it has none."""
+    if result is None:  # most handlers return nothing
+        return "null"
     try:
         return _RESULT_ENCODER.encode(result)
     except (TypeError, ValueError) as exc:
@@ -144,21 +146,22 @@ class Executor:
         return self._record(job, outcome)
 
     def _context(self, job: Job) -> TaskContext:
+        message, claimed, info = job.message, job.claimed, job.claimed.info
         return TaskContext(
-            id=job.id,
-            task=job.message.task,
-            queue=job.claimed.queue,
-            retried=AttemptInfo.from_mapping(job.claimed.info).retried if job.claimed.info else 0,
-            max_retries=job.message.max_retries,
+            id=claimed.id,
+            task=message.task,
+            queue=claimed.queue,
+            retried=AttemptInfo.from_mapping(info).retried if info else 0,
+            max_retries=message.max_retries,
             worker_id=self.worker_id,
-            enqueued_at=job.message.enqueued_at,
-            priority=job.message.priority,
-            process_at=job.message.process_at,
+            enqueued_at=message.enqueued_at,
+            priority=message.priority,
+            process_at=message.process_at,
             started_at=job.started_at,
-            deadline=job.message.deadline,
-            info=job.claimed.info,
+            deadline=message.deadline,
+            info=info,
             handle=RunHandle(
-                claimed=job.claimed,
+                claimed=claimed,
                 worker_id=self.worker_id,
                 broker=self.fetcher.broker,
                 stopping=self.jobs.stopping,
