@@ -100,6 +100,24 @@ def test_a_wrong_message_is_told_as_the_constructor_tells_it(raw: str, error: st
         TaskMessage.from_json(raw, id="a", queue="q")
 
 
+@pytest.mark.parametrize(
+    ("raw", "error"),
+    [
+        (' {"task":"t"}\n', None),  # whitespace around it: parsed as ever
+        (b'{"task":"t"}', None),
+        ('\ufeff{"task":"t"}', "Unexpected UTF-8 BOM"),
+        ('{"task":"t"} {}', "Extra data"),
+        ("", "Expecting value"),
+    ],
+)
+def test_a_message_is_parsed_as_json_loads_parses_it(raw: str | bytes, error: str | None):
+    if error is None:
+        assert TaskMessage.from_json(raw, id="a", queue="q").task == "t"
+    else:
+        with pytest.raises(json.JSONDecodeError, match=error):
+            TaskMessage.from_json(raw, id="a", queue="q")
+
+
 def test_a_message_of_an_old_format_with_a_later_field_is_refused_whatever_its_form():
     for raw in ['{"task":"t","partition":"p"}', '{"task":"t","v":2,"debounce":1.0}']:
         with pytest.raises(ValueError, match="has fields of a later one"):

@@ -95,7 +95,7 @@ class TaskMessage:
         other check: it may hold fields this release does not know."""
         if isinstance(raw, str) and not raw.isascii() and not is_utf8(raw):
             raise ValueError("task message is not UTF-8")
-        data = json.loads(raw)
+        data = _parsed(raw)
         if not isinstance(data, dict):
             raise ValueError("task message is not a JSON object")
         version = stored_version(data.pop("v", None))
@@ -233,6 +233,22 @@ def _built(id: str, queue: str, data: dict[str, Any]) -> TaskMessage:
 _new = object.__new__
 _ID_SLOT = TaskMessage.id.__set__  # type: ignore[attr-defined]
 _QUEUE_SLOT = TaskMessage.queue.__set__  # type: ignore[attr-defined]
+
+
+def _parsed(raw: str | bytes) -> Any:
+    """json.loads(raw), at half its cost for a message as stored (json.loads looks for a BOM and
+    whitespace around the JSON first): anything else is left to json.loads, to parse or to raise."""
+    if isinstance(raw, str):
+        try:
+            data, end = _DECODER.raw_decode(raw)
+        except ValueError:
+            end = -1
+        if end == len(raw):
+            return data
+    return json.loads(raw)
+
+
+_DECODER = json.JSONDecoder()
 
 
 def is_partition_name(value: str) -> bool:

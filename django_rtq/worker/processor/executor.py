@@ -118,7 +118,6 @@ class Executor:
         abandoned or stopped and must end."""
         if not self.jobs.start_running(job):
             return True
-        outcome = Outcome(job=job, claimed=job.claimed)
         context = self._context(job)
         with tracing.attempt(
             job.message, queue=context.queue, number=context.retried + 1, worker_id=self.worker_id
@@ -127,18 +126,19 @@ class Executor:
                 set_expiry(job, self.fetcher.broker.clock())
                 set_current_task(context)
                 result = self._call(job, loop)
-                outcome.result_json = encode_result(result)
+                outcome = Outcome(job=job, claimed=job.claimed, result_json=encode_result(result))
                 send_robust(signals.task_succeeded, job.task_type, message=job.message, result=result)
             except BaseException as exc:
                 if isinstance(exc, StoppedAtCheckpoint):
                     self.jobs.stop_at_checkpoint(job)  # given back uncounted, if shutting down
-                outcome.failure = Failure(
+                failure = Failure(
                     claimed=job.claimed,
                     message=job.message,
                     error=exc,
                     traceback=format_traceback(exc),
                     started_at=job.started_at,
                 )
+                outcome = Outcome(job=job, claimed=job.claimed, failure=failure)
             finally:
                 close_old_connections()
             error = outcome.failure.error if outcome.failure else None
