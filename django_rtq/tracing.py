@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -162,15 +162,23 @@ def node_trace(node: dict[str, Any]) -> dict[str, str] | None:
     return trace if isinstance(trace, dict) and trace else None
 
 
-@contextmanager
-def attempt(message: TaskMessage, *, queue: str, number: int, worker_id: str) -> Iterator[Finish]:
+def attempt(
+    message: TaskMessage, *, queue: str, number: int, worker_id: str
+) -> AbstractContextManager[Finish]:
     """Around one attempt: a CONSUMER span "run <task>", the child of (and linked to) the
     context the message carries, or a root span if it carries none; current while the handler
-    runs. Yields `finish(error)`: the outcome, an error's status and event."""
+    runs. Gives `finish(error)`: the outcome, an error's status and event. With no span to make,
+    a context that does nothing (no generator of its own: this is on every task's path)."""
     otel = api()
     if otel is None or (not message.trace and _records_nothing(otel)):
-        yield _no_finish
-        return
+        return _NO_SPAN
+    return _attempt_span(otel, message, queue=queue, number=number, worker_id=worker_id)
+
+
+@contextmanager
+def _attempt_span(
+    otel: SimpleNamespace, message: TaskMessage, *, queue: str, number: int, worker_id: str
+) -> Iterator[Finish]:
     parent = otel.context.Context()  # a root span unless the message carries a context
     links = []
     if message.trace:
@@ -224,6 +232,10 @@ def attempt(message: TaskMessage, *, queue: str, number: int, worker_id: str) ->
 
 def _no_finish(error: BaseException | None) -> None:
     pass
+
+
+#: The context of an attempt without a span.
+_NO_SPAN = nullcontext(_no_finish)
 
 
 def _records_nothing(otel: SimpleNamespace) -> bool:

@@ -74,6 +74,58 @@ def test_a_compact_message_is_checked_as_a_full_one_is(raw: str):
         TaskMessage.from_json(raw, id="a", queue="q")
 
 
+def test_a_parsed_message_is_the_one_its_fields_make_and_owns_its_arguments():
+    """from_json sets the fields itself, past the dataclass's __init__: the same message as
+    that would make, each with lists and dicts of its own, and as immutable."""
+    for raw in ['{"task":"t"}', '{"task":"t","args":[1],"kwargs":{"k":2},"v":2,"trace":{"a":"b"}}']:
+        fields = json.loads(raw)
+        fields.pop("v", None)
+        first, second = (TaskMessage.from_json(raw, id="a", queue="q") for _ in range(2))
+        assert first == TaskMessage(id="a", queue="q", **fields)
+        assert first.args is not second.args and first.kwargs is not second.kwargs
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            first.task = "u"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("raw", "error"),
+    [
+        ('{"args":[]}', "missing 1 required keyword-only argument: 'task'"),
+        ('{"task":"t","colour":"red"}', "unexpected keyword argument 'colour'"),
+        ('{"task":"t","args":null}', "field 'args' is None, not of type list"),
+    ],
+)
+def test_a_wrong_message_is_told_as_the_constructor_tells_it(raw: str, error: str):
+    with pytest.raises(ValueError, match=error):
+        TaskMessage.from_json(raw, id="a", queue="q")
+
+
+@pytest.mark.parametrize(
+    ("raw", "error"),
+    [
+        (' {"task":"t"}\n', None),  # whitespace around it: parsed as ever
+        (b'{"task":"t"}', None),
+        ('\ufeff{"task":"t"}', "Unexpected UTF-8 BOM"),
+        ('{"task":"t"} {}', "Extra data"),
+        ("", "Expecting value"),
+    ],
+)
+def test_a_message_is_parsed_as_json_loads_parses_it(raw: str | bytes, error: str | None):
+    if error is None:
+        assert TaskMessage.from_json(raw, id="a", queue="q").task == "t"
+    else:
+        with pytest.raises(json.JSONDecodeError, match=error):
+            TaskMessage.from_json(raw, id="a", queue="q")
+
+
+def test_a_message_of_an_old_format_with_a_later_field_is_refused_whatever_its_form():
+    for raw in ['{"task":"t","partition":"p"}', '{"task":"t","v":2,"debounce":1.0}']:
+        with pytest.raises(ValueError, match="has fields of a later one"):
+            TaskMessage.from_json(raw, id="a", queue="q")
+    # at their defaults they are none: a message stored in full has them all
+    assert TaskMessage.from_json('{"task":"t","partition":null,"merged_enqueues":0}', id="a", queue="q")
+
+
 # What reads a stored message: a missing field reads as a null one
 
 

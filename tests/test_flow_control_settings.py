@@ -140,6 +140,21 @@ def test_a_worker_gives_back_a_limited_task_handed_to_it_by_an_older_deploy(regi
     assert not holds(limits, "default", "not json")
 
 
+def test_a_handed_task_is_held_by_the_type_it_names_however_its_message_is_written(settings, registered):
+    """The stored form's leading name is read without parsing the message; any other form is parsed."""
+    registered("tests.flow.guarded", max_concurrency=1)
+    settings.RTQ = {**settings.RTQ, "QUEUE_LIMITS": {"payments": {"max_concurrency": 1}}}
+    limits = project_limits()
+    guarded = TaskMessage(id="a", task="tests.flow.guarded", queue="default").to_json()
+    plain = TaskMessage(id="a", task="tests.noop", queue="default").to_json()
+    assert guarded.startswith('{"task":"tests.flow.guarded"')
+    assert holds(limits, "default", guarded) and not holds(limits, "default", plain)
+    assert holds(limits, "default", '{"task":"tests.flow.gu\\u0061rded"}')  # an escape: parsed
+    assert holds(limits, "default", '{"id":"a","task":"tests.flow.guarded"}')  # an earlier form
+    assert holds(limits, "payments", plain)  # its queue's limits
+    assert not holds(limits, "payments", '{"task":"tests.noop",')  # corrupt: archived, as ever
+
+
 def test_a_queue_limit_on_a_queue_named_nowhere_is_a_likely_typo(settings):
     settings.RTQ = {**settings.RTQ, "QUEUE_LIMITS": {"paymnts": {"max_concurrency": 1}}}
     warnings = [m for m in run_checks(tags=[TAG]) if m.id == "django_rtq.W007"]

@@ -200,3 +200,13 @@ def race(run, table: JobTable) -> None:
     assert not thread.is_alive()
     assert table.cond.acquire(timeout=1), "the job table's lock was left held"
     table.cond.release()
+
+
+def test_a_handlers_return_value_is_kept_as_compact_json():
+    from django_rtq.exceptions import NonRetryableError
+    from django_rtq.worker.processor.executor import encode_result
+
+    assert encode_result(None) == "null"  # what most handlers return, without the encoder
+    assert encode_result({"a": [1, 2.5]}) == '{"a":[1,2.5]}'
+    with pytest.raises(NonRetryableError, match="not JSON-serializable"):
+        encode_result(float("nan"))

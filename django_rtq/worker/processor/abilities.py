@@ -51,7 +51,8 @@ def message_or_leave(claimed: ClaimedTask) -> TaskMessage:
     assert claimed.raw_message is not None
     try:
         message = TaskMessage.from_json(claimed.raw_message, id=claimed.id, queue=claimed.queue)
-        check_info_version(claimed.info)
+        if claimed.info:  # a first attempt has none
+            check_info_version(claimed.info)
     except NewerFormat as exc:
         raise LeftForAnother(_format_kind(claimed.raw_message, exc), str(exc)) from None
     return message

@@ -40,6 +40,8 @@ def set_expiry(job: Job, now: float) -> None:
 
 def encode_result(result: Any) -> str:
     """The handler's return value as JSON, or NonRetryableError if it has none."""
+    if result is None:  # most handlers return nothing
+        return "null"
     try:
         return _RESULT_ENCODER.encode(result)
     except (TypeError, ValueError) as exc:
@@ -116,7 +118,6 @@ class Executor:
         abandoned or stopped and must end."""
         if not self.jobs.start_running(job):
             return True
-        outcome = Outcome(job=job, claimed=job.claimed)
         context = self._context(job)
         with tracing.attempt(
             job.message, queue=context.queue, number=context.retried + 1, worker_id=self.worker_id
@@ -125,18 +126,19 @@ class Executor:
                 set_expiry(job, self.fetcher.broker.clock())
                 set_current_task(context)
                 result = self._call(job, loop)
-                outcome.result_json = encode_result(result)
+                outcome = Outcome(job=job, claimed=job.claimed, result_json=encode_result(result))
                 send_robust(signals.task_succeeded, job.task_type, message=job.message, result=result)
             except BaseException as exc:
                 if isinstance(exc, StoppedAtCheckpoint):
                     self.jobs.stop_at_checkpoint(job)  # given back uncounted, if shutting down
-                outcome.failure = Failure(
+                failure = Failure(
                     claimed=job.claimed,
                     message=job.message,
                     error=exc,
                     traceback=format_traceback(exc),
                     started_at=job.started_at,
                 )
+                outcome = Outcome(job=job, claimed=job.claimed, failure=failure)
             finally:
                 close_old_connections()
             error = outcome.failure.error if outcome.failure else None
@@ -144,21 +146,22 @@ class Executor:
         return self._record(job, outcome)
 
     def _context(self, job: Job) -> TaskContext:
+        message, claimed, info = job.message, job.claimed, job.claimed.info
         return TaskContext(
-            id=job.id,
-            task=job.message.task,
-            queue=job.claimed.queue,
-            retried=AttemptInfo.from_mapping(job.claimed.info).retried if job.claimed.info else 0,
-            max_retries=job.message.max_retries,
+            id=claimed.id,
+            task=message.task,
+            queue=claimed.queue,
+            retried=AttemptInfo.from_mapping(info).retried if info else 0,
+            max_retries=message.max_retries,
             worker_id=self.worker_id,
-            enqueued_at=job.message.enqueued_at,
-            priority=job.message.priority,
-            process_at=job.message.process_at,
+            enqueued_at=message.enqueued_at,
+            priority=message.priority,
+            process_at=message.process_at,
             started_at=job.started_at,
-            deadline=job.message.deadline,
-            info=job.claimed.info,
+            deadline=message.deadline,
+            info=info,
             handle=RunHandle(
-                claimed=job.claimed,
+                claimed=claimed,
                 worker_id=self.worker_id,
                 broker=self.fetcher.broker,
                 stopping=self.jobs.stopping,

@@ -72,11 +72,29 @@ def holds(limits: FlowLimits, queue: str, raw_message: str) -> bool:
     none such over, unless its deploy's limits differ."""
     if not limits:
         return False
+    task = _leading_task(raw_message)
+    if task is not None and not limits.holds(queue, task):
+        return False  # as the parsed message would say, were it corrupt or not: parsed once, later
     try:
         task = json.loads(raw_message).get("task", "")
     except (ValueError, AttributeError):
         return False  # a corrupt task: archived as usual
     return limits.holds(queue, task)
+
+
+def _leading_task(raw_message: str) -> str | None:
+    """The task type a message names first, as TaskMessage.to_json writes it (`{"task":"<name>"`
+    and no escape in the name); None for any other text."""
+    if raw_message.startswith(_TASK_PREFIX):
+        end = raw_message.find('"', len(_TASK_PREFIX))
+        if end > 0:
+            task = raw_message[len(_TASK_PREFIX) : end]
+            if "\\" not in task:
+                return task
+    return None
+
+
+_TASK_PREFIX = '{"task":"'
 
 
 class Fetcher:
@@ -472,7 +490,7 @@ class Fetcher:
                 outcome.failure.error,
             )
             self.jobs.outcomes.put(outcome)
-        for queue, task_ids in ids_by_queue(unlimited).items():
+        for queue, task_ids in ids_by_queue(unlimited).items() if unlimited else ():
             logger.info(
                 "giving back %d task(s) of queue %r claimed before their type's limits were known",
                 len(task_ids),

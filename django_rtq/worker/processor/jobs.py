@@ -87,7 +87,8 @@ class Job:
         """Called by the job's thread as the handler returns or raises: no interruption lands after this."""
         with self.window:
             self.stage = HandlerStage.AFTER
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(threading.get_ident()), None)
+            if self.interrupt_error is not None:  # else none was raised in this thread (interrupt_handler)
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(threading.get_ident()), None)
 
     def interrupt_handler(self, error: BaseException) -> bool:
         """Stop the (synchronous) handler with `error`: raised in its thread now, or as it would
