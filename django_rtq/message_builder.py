@@ -55,57 +55,47 @@ def build_message(
     now = queue_time()
     warn_if_unnamed(plan.queue, task_type.name)
     opts = task_type.options
+    deadline = process_at = None
     if not plan.plain:
         deadline = as_instant(opts.get("deadline"), "deadline", now)
         process_at = _process_at(opts, now)
     args, kwargs = list(args), dict(kwargs)
     _bind(task_type, args, kwargs)
+    unique_key = unique_ttl = debounce = debounce_key = partition = task_id = None
     if plan.plain:  # no option of the call's own: the message is its arguments, an id and the time
         if not _plain_json(args, kwargs):
             _arguments_json(args, kwargs, task_type.name, tuples_become_lists=tuples_become_lists)
-        return TaskMessage(
-            id=new_task_id(),
-            task=task_type.name,
-            queue=plan.queue,
-            args=args,
-            kwargs=kwargs,
-            priority=plan.priority,
-            max_retries=plan.max_retries,
-            timeout=plan.timeout,
-            retention=plan.retention,
-            enqueued_at=now,
+    else:
+        arguments_json = _arguments_json(
+            args, kwargs, task_type.name, tuples_become_lists=tuples_become_lists
         )
-
-    arguments_json = _arguments_json(args, kwargs, task_type.name, tuples_become_lists=tuples_become_lists)
-    unique = opts.get("unique", False)
-    unique_key = opts.get("unique_key")
-    unique_ttl = None
-    if unique or unique_key:
-        unique_ttl = plan.conf.UNIQUE_TTL if unique is True or not unique else as_seconds(unique, "unique")
-        unique_key = call_key(task_type.name, unique_key, arguments_json, args, kwargs, "unique_key")
-    debounce, debounce_key = _debounce(opts, task_type.name, arguments_json, args, kwargs)
-    partition = _partition(task_type, args, kwargs)
-    if debounce is not None:
-        if unique_key is not None:
-            raise InvalidTask(
-                f"Task {task_type.name!r}: give unique or debounce, not both (a debounced task is "
-                "one waiting copy per key already: docs/debounce.md)."
+        unique = opts.get("unique", False)
+        unique_key = opts.get("unique_key")
+        if unique or unique_key:
+            unique_ttl = (
+                plan.conf.UNIQUE_TTL if unique is True or not unique else as_seconds(unique, "unique")
             )
-        if process_at is not None:
-            raise InvalidTask(
-                f"Task {task_type.name!r}: a debounced call is due `debounce` seconds after its "
-                "last enqueue; it takes no delay or process_at."
-            )
-        process_at = now + debounce
-
-    task_id = opts.get("task_id")
-    if task_id is None:
-        task_id = new_task_id()
-    elif not isinstance(task_id, str) or not TASK_ID_PATTERN.fullmatch(task_id):
-        raise InvalidTask(f"task_id must be {TASK_ID_RULE}, not {task_id!r}.")
+            unique_key = call_key(task_type.name, unique_key, arguments_json, args, kwargs, "unique_key")
+        debounce, debounce_key = _debounce(opts, task_type.name, arguments_json, args, kwargs)
+        partition = _partition(task_type, args, kwargs)
+        if debounce is not None:
+            if unique_key is not None:
+                raise InvalidTask(
+                    f"Task {task_type.name!r}: give unique or debounce, not both (a debounced task is "
+                    "one waiting copy per key already: docs/debounce.md)."
+                )
+            if process_at is not None:
+                raise InvalidTask(
+                    f"Task {task_type.name!r}: a debounced call is due `debounce` seconds after its "
+                    "last enqueue; it takes no delay or process_at."
+                )
+            process_at = now + debounce
+        task_id = opts.get("task_id")
+        if task_id is not None and (not isinstance(task_id, str) or not TASK_ID_PATTERN.fullmatch(task_id)):
+            raise InvalidTask(f"task_id must be {TASK_ID_RULE}, not {task_id!r}.")
 
     return TaskMessage(
-        id=task_id,
+        id=new_task_id() if task_id is None else task_id,
         task=task_type.name,
         queue=plan.queue,
         args=args,
