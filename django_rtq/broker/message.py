@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import operator
+from collections.abc import Iterable
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
@@ -69,9 +70,9 @@ class TaskMessage:
             if value != unless
         }
         data: dict[str, Any] = {"task": self.task}
-        later = stored.keys() & FIELD_SINCE.keys()
-        if later:
-            data["v"] = max(FIELD_SINCE[name] for name in later)
+        version = _version_holding(stored.keys() & FIELD_SINCE.keys())
+        if version > 1:
+            data["v"] = version
         if self.partition is not None:
             data["partition"] = stored.pop("partition")
             if "partition_weight" in stored:
@@ -83,10 +84,7 @@ class TaskMessage:
         """The oldest format version that holds this message: a field of a later format, away
         from its default, raises it (a worker of an older release leaves the task, rather than
         archive it for a field it does not know)."""
-        return max(
-            (since for name, since in FIELD_SINCE.items() if getattr(self, name) != _DEFAULTS[name]),
-            default=1,
-        )
+        return _version_holding(name for name in FIELD_SINCE if getattr(self, name) != _DEFAULTS[name])
 
     @classmethod
     def from_json(cls, raw: str | bytes, *, id: str, queue: str) -> TaskMessage:
@@ -200,6 +198,11 @@ _FIELD_RANGES = {
     "partition_weight": lambda value: 1 <= value <= MAX_PARTITION_WEIGHT,
     "trace": lambda value: all(type(k) is str and type(v) is str for k, v in value.items()),
 }
+
+
+def _version_holding(later_fields: Iterable[str]) -> int:
+    """The oldest format version that holds these fields of later formats (1 for none)."""
+    return max((FIELD_SINCE[name] for name in later_fields), default=1)
 
 
 #: Each field's types and range check (None: any value of its types), as from_json applies them.
