@@ -58,9 +58,11 @@ def _sending_api() -> SimpleNamespace | None:
     otel = api()
     if otel is None:
         return None
-    if get_settings().TRACING is True or otel.trace.get_current_span().get_span_context().is_valid:
+    if get_settings().TRACING is True:
         return otel
-    return None
+    if not otel.context.get_current():  # an empty context, as outside any span: the quick answer
+        return None
+    return otel if otel.trace.get_current_span().get_span_context().is_valid else None
 
 
 def carries_trace() -> bool:

@@ -1,12 +1,13 @@
 """Task registration and enqueue-time validation."""
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 
-from django_rtq import Operations, enqueue_many, task
+from django_rtq import Operations, enqueue_many, message_builder, task
 from django_rtq.broker import TaskState
 from django_rtq.exceptions import DuplicateTask, InvalidTask, TaskIdConflict
 from django_rtq.registry import get_task_type, registered_tasks
@@ -235,3 +236,13 @@ def test_a_call_with_options_of_its_own_and_a_plain_one_resolve_the_same_default
     for name in ("queue", "priority", "max_retries", "timeout", "retention", "args", "kwargs"):
         assert getattr(plain, name) == getattr(delayed, name), name
     assert plain.process_at is None and delayed.process_at == pytest.approx(delayed.enqueued_at + 60)
+
+
+def test_new_task_ids_are_22_url_safe_characters_never_led_by_a_dash(monkeypatch):
+    ids = {message_builder.new_task_id() for _ in range(2000)}
+    assert len(ids) == 2000
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]{22}", task_id) for task_id in ids)
+    # 16 random bytes whose base64 starts with "-" ("+" in the standard alphabet: 0b111110...)
+    draws = iter([b"\xf8" + bytes(15), b"\x00" * 16])
+    monkeypatch.setattr(message_builder.os, "urandom", lambda n: next(draws))
+    assert message_builder.new_task_id() == "A" * 22

@@ -229,6 +229,33 @@ def test_without_an_active_span_the_message_carries_nothing_and_the_attempt_is_a
     assert finished("send tests.testapp.tasks.add") == []
 
 
+def test_a_context_with_baggage_but_no_span_carries_nothing(broker, spans, redis_client):
+    """A context that is not empty yet holds no span (baggage only) takes the full check, not
+    the quick answer for an empty one, and carries nothing either."""
+    from opentelemetry import baggage, context
+
+    token = context.attach(baggage.set_baggage("tenant", "acme"))
+    try:
+        assert context.get_current()  # not the empty context of the quick answer
+        task_id = tasks.add.enqueue(1, 2).id
+    finally:
+        context.detach(token)
+    assert "trace" not in stored(redis_client, broker, task_id)
+    assert finished("send tests.testapp.tasks.add") == []
+
+
+def test_an_enqueue_inside_a_span_carries_it_after_one_outside_any(broker, spans, tracer, redis_client):
+    outside = tasks.add.enqueue(1, 2).id
+    with tracer.start_as_current_span("request") as request:
+        inside = tasks.add.enqueue(1, 2).id
+    assert "trace" not in stored(redis_client, broker, outside)
+    sent = the_span("send tests.testapp.tasks.add")
+    assert sent.context.trace_id == request.get_span_context().trace_id
+    assert stored(redis_client, broker, inside)["trace"]["traceparent"].split("-")[1] == (
+        f"{request.get_span_context().trace_id:032x}"
+    )
+
+
 def test_tracing_true_starts_a_trace_at_an_enqueue_outside_any_span(broker, spans, settings, redis_client):
     settings.RTQ = {**settings.RTQ, "TRACING": True}
     task_id = tasks.add.enqueue(1, 2).id

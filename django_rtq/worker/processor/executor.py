@@ -123,7 +123,7 @@ class Executor:
             job.message, queue=context.queue, number=context.retried + 1, worker_id=self.worker_id
         ) as finish:
             try:
-                set_expiry(job, self.fetcher.broker.clock())
+                set_expiry(job, job.started_at)  # the queue's clock, read as the job started
                 set_current_task(context)
                 result = self._call(job, loop)
                 outcome = Outcome(job=job, claimed=job.claimed, result_json=encode_result(result))
