@@ -123,6 +123,22 @@ def timed(count: int, call, before=None):
     return measure
 
 
+def _evalsha(client, sha: str, keys, argv):
+    def call() -> None:
+        client.evalsha(sha, len(keys), *keys, *argv)
+
+    return call
+
+
+def server_micros(client, count: int, call) -> float:
+    """Redis's own µs a call of `call` (EVALSHA's usec_per_call in INFO commandstats, reset first:
+    a server-wide figure, meant for a private Redis)."""
+    client.config_resetstat()
+    for _ in range(count):
+        call()
+    return float(client.info("commandstats")["cmdstat_evalsha"]["usec_per_call"])
+
+
 def memory_lines(client, broker, task_type, count: int, clear_queue) -> list[str]:
     from django_rtq import enqueue_many
 
@@ -249,6 +265,22 @@ def main() -> int:
                 over = statistics.median(m - f for m, f in zip(runs[what], floors, strict=True))
                 text += f"; {over:+.1f} µs over the EVALSHA floor (median of each round's difference)"
             print(text, flush=True)
+
+        # Redis's own time a script call, as the server counts it (the round trip aside)
+        lua = broker.scripts["enqueue"].source
+        helpers_only = client.script_load(lua[: lua.index("local q = enqueue_context")] + "\nreturn 1\n")
+        _, keys, argv = broker._send_call("enqueue", qk, [prepared[0]], 0, qk.handoff_prefix)
+        server = [
+            ("a one-line script, no arguments", _evalsha(client, one_line, [], []), None),
+            ("a one-line script given enqueue.lua's arguments", _evalsha(client, one_line, keys, argv), None),
+            ("enqueue.lua's helpers defined, then return", _evalsha(client, helpers_only, keys, argv), None),
+            ("the least enqueue script (LEAST_ENQUEUE)", least_script, fresh_prepared),
+            ("enqueue.lua (a prepared task, a queue with pending tasks)", enqueue_script, fresh_prepared),
+        ]
+        for what, call, before in server:
+            if before is not None:
+                before()
+            print(f"Redis's own time a call, {what}: {server_micros(client, n, call):.1f} µs", flush=True)
 
         bulk_n = args.bulk_tasks
 

@@ -177,5 +177,8 @@ def test_a_rate_limit_holds_on_the_cluster(
     runs = wait_for(lambda: ended(redis_client, "rate", 60), timeout=30, message="60 runs on the cluster")
 
     assert len(runs) == 60
-    assert_rate_held([run.start for run in runs], per_second=10)
+    # A start is timed by its handler, after its claim took the token: a worker's first task on
+    # a cluster client (its slots learned first) can start over a token's interval (0.1 s) late,
+    # in a second that also holds the next second's tokens: one start more at most.
+    assert_rate_held([run.start for run in runs], per_second=10, burst=2)
     assert flow_use(cluster_broker.client, cluster_broker, QUEUE) == ({}, 0, 0)

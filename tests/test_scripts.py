@@ -313,7 +313,12 @@ def test_one_task_enqueued_alone_passes_what_the_header_declares_in_one_slot(
     assert calls[1].keys[-1] == any_broker.queue(EMAILS).unique("alone")
 
 
-def test_each_script_carries_the_helpers_it_uses_and_no_others():
+def code_of(lua: str) -> str:
+    """Lua source without its comments: what is run."""
+    return re.sub(r"--[^\n]*", "", lua)
+
+
+def test_each_script_carries_the_helpers_its_code_uses_and_no_others():
     from django_rtq.broker.scripts import LUA_DIR, _helpers
 
     helpers = dict(_helpers((LUA_DIR / "_lib.lua").read_text()))
@@ -321,14 +326,58 @@ def test_each_script_carries_the_helpers_it_uses_and_no_others():
     for name, script in scripts.items():
         body = (LUA_DIR / f"{name}.lua").read_text()
         defined = {helper for helper in helpers if helper and helpers[helper] in script.source}
+        used = set()
         for helper in defined | {""}:
+            text = code_of(body if helper == "" else helpers[helper])
             for other in helpers:
-                text = body if helper == "" else helpers[helper]
                 if other and re.search(rf"\b{other}\b", text):
                     assert other in defined, f"{name}.lua uses {other} but lacks it"
+                    used.add(other)
+        assert defined <= used, f"{name}.lua defines {sorted(defined - used)}, which its code never uses"
     assert "local function archive_task" not in scripts["claim"].source
     assert "local function take_for_settling" in scripts["fail"].source
     assert "local function hand_off" in scripts["enqueue"].source
+    # named in comments of helpers complete.lua uses, never called by them
+    assert "local function archive_task" not in scripts["complete"].source
+    assert "local function drop_task" not in scripts["enqueue"].source
+
+
+def test_no_script_has_a_long_comment_or_a_dash_pair_in_a_string():
+    """What lets the loader find the code by cutting every line at its "--"."""
+    from django_rtq.broker.scripts import LUA_DIR
+
+    for path in LUA_DIR.glob("*.lua"):
+        lua = path.read_text()
+        assert "--[[" not in lua and "--[=" not in lua, path.name
+        for line in lua.splitlines():
+            assert not dash_pair_in_a_string(line), f"{path.name}: {line!r}"
+
+
+def dash_pair_in_a_string(line: str) -> bool:
+    """Whether a line of Lua has "--" inside a quoted string before its comment starts."""
+    quote, i = None, 0
+    while i < len(line):
+        char = line[i]
+        if quote is None:
+            if line.startswith("--", i):
+                return False  # the comment: the rest of the line
+            if char in "'\"":
+                quote = char
+        elif char == "\\":
+            i += 1  # an escaped character
+        elif char == quote:
+            quote = None
+        elif line.startswith("--", i):
+            return True
+        i += 1
+    return False
+
+
+def test_a_dash_pair_is_found_in_a_string_only():
+    assert dash_pair_in_a_string("local x = 'a--b'")
+    assert dash_pair_in_a_string('return "\\"--" .. x')
+    assert not dash_pair_in_a_string("local x = 'a' -- it's a 'comment' with -- in it")
+    assert not dash_pair_in_a_string('return "\'" .. text -- note')
 
 
 def test_a_script_declares_its_flags_to_redis_on_its_first_line_before_the_helpers():

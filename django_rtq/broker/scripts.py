@@ -34,6 +34,8 @@ _HEADER_LINE = re.compile(r"^-- (KEYS|ARGV)\[(\d+)(\.\.)?\] -> (.*(?:\n--  +.*)*
 _DEFINITION = re.compile(r"^local (?:function )?(\w+)", re.MULTILINE)
 #: A key's name in a header: the prefix, the queue's hash tag, then the rest with `<...>` parts.
 _KEY_NAME = re.compile(r"rtq:\{<queue>\}:(?:<[^>]*>|[^\s,<])+")
+#: A Lua comment to the end of its line (the scripts have no `--[[ ]]` ones, nor "--" in a string).
+_LUA_COMMENT = re.compile(r"--[^\n]*")
 #: A script's first line declaring its flags to Redis (7.0+): "#!lua flags=allow-oom".
 _SHEBANG = re.compile(r"\A#!lua(?: flags=([\w,-]*))?\n")
 
@@ -117,12 +119,13 @@ def _used_helpers(helpers: list[tuple[str, str]], body: str) -> str:
     """The helpers a script uses, directly or through other helpers, in their file order.
 
     Redis runs a script's whole source at every call, so defining the forty-odd helpers each
-    script does not use would cost several microseconds a call.
+    script does not use would cost several microseconds a call. A name in a comment is no use:
+    only the code is searched.
     """
     used: set[str] = set()
     texts = [body]
     while texts:
-        text = texts.pop()
+        text = _LUA_COMMENT.sub("", texts.pop())
         for name, chunk in helpers:
             if name and name not in used and re.search(rf"\b{name}\b", text):
                 used.add(name)
