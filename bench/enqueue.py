@@ -47,7 +47,8 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def setup_django(redis_url: str, prefix: str) -> None:
+def setup_django(redis_url: str, prefix: str, **rtq) -> None:
+    """Configure Django in-process: django-rtq on `redis_url` under `prefix`, `rtq` over its RTQ."""
     here = str(Path(__file__).resolve().parent)
     sys.path[:] = [p for p in sys.path if p and Path(p).resolve() != Path(here)]
     sys.path.insert(0, str(REPO_ROOT))
@@ -60,7 +61,13 @@ def setup_django(redis_url: str, prefix: str) -> None:
         INSTALLED_APPS=["django_rtq"],
         DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
         DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
-        RTQ={"REDIS_URL": redis_url, "KEY_PREFIX": prefix, "QUEUES": {QUEUE: 1}, "DEFAULT_QUEUE": QUEUE},
+        RTQ={
+            "REDIS_URL": redis_url,
+            "KEY_PREFIX": prefix,
+            "QUEUES": {QUEUE: 1},
+            "DEFAULT_QUEUE": QUEUE,
+            **rtq,
+        },
         TASKS={"default": {"BACKEND": "django_rtq.backends.RTQBackend", "QUEUES": [QUEUE]}},
     )
     django.setup()

@@ -1,0 +1,103 @@
+"""Redis's own time a task: the server's µs (INFO commandstats) for enqueueing tasks one by one, and
+for a worker draining them (its claims, settles and lease renewals). A script, not a test.
+
+Run from the repository root, against a Redis of the run's own (it resets the server's statistics):
+
+    python bench/redis_time.py [--tasks 5000] [--repeat 5] [--concurrency 8]
+                               [--redis-url redis://127.0.0.1:6379/0]
+
+The figures are what Redis spends, whatever the client's machine does: the part of a task's cost
+that a single-threaded Redis shares among every worker, and the part of each enqueue's round trip
+spent in the server. Each line is the median of `--repeat` runs, with its range. The task is a
+`@task` with no arguments and the default options (bench/enqueue.py's `noop`); the worker is an
+in-process burst worker with `--concurrency` threads. Keys are under a prefix of the run's own,
+deleted at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from enqueue import QUEUE, delete_keys, noop, setup_django
+
+#: What is printed, by figure: the CPU of Redis's main thread, and its time in scripts.
+FIGURES = {
+    "enqueue cpu": "enqueued one by one, CPU of Redis's main thread",
+    "enqueue scripts": "enqueued one by one, in scripts (EVALSHA)",
+    "drain cpu": "drained by one worker of {threads} threads, CPU of Redis's main thread",
+    "drain scripts": "drained by one worker of {threads} threads, in scripts (EVALSHA)",
+}
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", type=int, default=5000, help="tasks enqueued, then drained, per run")
+    parser.add_argument("--repeat", type=int, default=5, help="runs; the median is printed")
+    parser.add_argument("--concurrency", type=int, default=8, help="threads of the draining worker")
+    parser.add_argument("--redis-url", default=os.environ.get("RTQ_REDIS_URL") or "redis://127.0.0.1:6379/0")
+    return parser.parse_args()
+
+
+def server_cpu(client) -> float:
+    """µs of CPU Redis's main thread has used (user and system: commands, scripts, the network)."""
+    cpu = client.info("cpu")
+    return (cpu["used_cpu_user_main_thread"] + cpu["used_cpu_sys_main_thread"]) * 1e6
+
+
+def script_micros(client) -> float:
+    """µs Redis spent in scripts (their commands within) since its statistics were reset."""
+    return float(client.info("commandstats").get("cmdstat_evalsha", {}).get("usec", 0))
+
+
+def shown(values: list[float]) -> str:
+    return f"{statistics.median(values):.1f} µs ({min(values):.1f}-{max(values):.1f})"
+
+
+def main() -> int:
+    args = parse_args()
+    prefix = f"rtqbench-rt-{uuid.uuid4().hex[:10]}"
+    # what is measured is the queue's own traffic: no mirror of finished tasks, no outbox
+    setup_django(args.redis_url, prefix, MIRROR=False, OUTBOX=False)
+
+    from django_rtq import get_broker, task
+    from django_rtq.worker.server import Worker
+
+    rtq_noop = task(noop)
+    broker = get_broker()
+    client = broker.client
+    figures: dict[str, list[float]] = {name: [] for name in FIGURES}
+    try:
+        rtq_noop.enqueue()  # loads the scripts, registers the queue
+        for _ in range(args.repeat):
+            delete_keys(client, broker.keys.queue_prefix(QUEUE) + "*")
+            client.config_resetstat()
+            cpu = server_cpu(client)
+            for _ in range(args.tasks):
+                rtq_noop.enqueue()
+            figures["enqueue cpu"].append((server_cpu(client) - cpu) / args.tasks)
+            figures["enqueue scripts"].append(script_micros(client) / args.tasks)
+            client.config_resetstat()
+            cpu = server_cpu(client)
+            worker = Worker(
+                queues={QUEUE: 1}, concurrency=args.concurrency, burst=True, relay=False, watch_redis=False
+            )
+            worker.run()
+            figures["drain cpu"].append((server_cpu(client) - cpu) / args.tasks)
+            figures["drain scripts"].append(script_micros(client) / args.tasks)
+            if client.zcard(broker.queue(QUEUE).pending):
+                raise SystemExit("the burst worker left pending tasks behind")
+        for name, what in FIGURES.items():
+            print(f"Redis's own time a task, {what.format(threads=args.concurrency)}: {shown(figures[name])}")
+        return 0
+    finally:
+        delete_keys(client, f"{prefix}*")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
