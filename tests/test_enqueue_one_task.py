@@ -17,6 +17,7 @@ from django_rtq.broker.scripts import LUA_DIR
 from django_rtq.exceptions import DuplicateTask, TaskIdConflict
 from tests.support.factories import BILLING, EMAILS, message
 from tests.support.reading import column, ids_in, state_of
+from tests.support.sent_commands import record_commands
 
 # One task, one script call
 
@@ -52,13 +53,7 @@ def test_one_task_is_refused_as_a_call_of_several_refuses_it(any_broker: Broker,
 def test_one_task_is_one_script_call_without_a_pipeline(any_broker: Broker, monkeypatch):
     any_broker.register_queues([EMAILS])
     sent = []
-    execute = any_broker.client.execute_command
-
-    def recording(*command, **options):
-        sent.append(command[0])
-        return execute(*command, **options)
-
-    monkeypatch.setattr(any_broker.client, "execute_command", recording)
+    record_commands(any_broker, monkeypatch, lambda command: sent.append(command[0]))
     monkeypatch.setattr(any_broker.client, "pipeline", lambda *a, **k: pytest.fail("a pipeline for one task"))
     task = message(EMAILS)
 

@@ -58,6 +58,23 @@ def test_a_registered_worker_that_does_not_listen_gets_nothing(broker):
     assert broker.client.zcard(qk.idle) == 0
 
 
+def test_a_worker_whose_idle_entry_expired_is_passed_over_and_dropped(broker, listener):
+    qk = broker.queue("default")
+    late = broker.client.pubsub(ignore_subscribe_messages=True)
+    late.subscribe(qk.handoff_channel("late"))  # it still listens: only its entry's expiry stops it
+    wait_for(lambda: broker.client.pubsub_numsub(qk.handoff_channel("late"))[0][1] == 1)
+    try:
+        now = broker.server_now_ms()
+        broker.client.zadd(qk.idle, {"late": now - 1_000, "w1": now + 5_000})
+
+        message = tasks.record.enqueue("handed")
+
+        assert broker.client.hget(qk.owner, message.id) == "w1"
+        assert broker.client.zrange(qk.idle, 0, -1) == []
+    finally:
+        late.close()
+
+
 @pytest.mark.parametrize("blocker", ["paused", "pending", "scheduled"])
 def test_no_hand_off_when_paused_behind_others_or_not_due(broker, listener, blocker):
     qk = broker.queue("default")

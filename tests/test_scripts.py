@@ -32,6 +32,7 @@ from tests.support.factories import (
     message,
 )
 from tests.support.reading import ids_in
+from tests.support.sent_commands import record_commands
 
 SCRIPTS = load_scripts()
 #: "-- ARGV[4..] -> five per task: ..." gives the size of each task's group of arguments.
@@ -55,11 +56,14 @@ def record_script_calls(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> list
     by_sha = {script.sha: script for script in SCRIPTS.values()}
     calls: list[Call] = []
 
+    def record(command):
+        if str(command[0]).upper() == "EVALSHA" and command[1] in by_sha:
+            sha, numkeys, *rest = command[1:]
+            calls.append(Call(by_sha[sha], tuple(rest[:numkeys]), tuple(rest[numkeys:])))
+
     def recording(execute_command):
         def wrapper(*command, **options):
-            if str(command[0]).upper() == "EVALSHA" and command[1] in by_sha:
-                sha, numkeys, *rest = command[1:]
-                calls.append(Call(by_sha[sha], tuple(rest[:numkeys]), tuple(rest[numkeys:])))
+            record(command)
             return execute_command(*command, **options)
 
         return wrapper
@@ -72,7 +76,7 @@ def record_script_calls(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> list
         pipe.execute_command = recording(pipe.execute_command)
         return pipe
 
-    monkeypatch.setattr(client, "execute_command", recording(client.execute_command))
+    record_commands(broker, monkeypatch, record)
     monkeypatch.setattr(client, "pipeline", pipeline)
     return calls
 

@@ -38,6 +38,7 @@ from .claims import (
 from .clock import ServerClock
 from .errors import passes_by_itself, translate_errors
 from .keys import Keyspace, QueueKeys
+from .lane import ScriptLane
 from .limits import LimitsSource, no_limits
 from .message import TaskMessage
 from .scripts import load_scripts
@@ -90,6 +91,8 @@ class Broker:
         mirror: bool = False,
     ) -> None:
         self.client = client
+        # Script calls go on each thread's own connection where the client's pool allows (lane.py).
+        self.lane = ScriptLane(client)
         # Keep finished tasks' records in a buffer for the ORM mirror (see take_finished).
         self.mirror = mirror
         # Handing tasks to idle workers at enqueue relies on PUBLISH counting the clients that
@@ -137,7 +140,7 @@ class Broker:
         script = self.scripts[name]
         with translate_errors():
             try:
-                return self.client.evalsha(script.sha, len(keys), *keys, *args)
+                return self.lane.execute("EVALSHA", script.sha, len(keys), *keys, *args)
             except redis.exceptions.NoScriptError:
                 # EVAL caches the script on the node that runs it, so later EVALSHAs find it.
                 return self.client.eval(script.source, len(keys), *keys, *args)

@@ -328,21 +328,28 @@ end
 -- The message published is "<id>\n<run>\n<message JSON>"; the task is this worker's first
 -- run, started at once (a worker registers as idle only while it has free threads, and gives
 -- back a task it has no room for).
+-- An entry's score is when it expires: expired ones (a worker gone without leaving) rank first,
+-- and are dropped as they are passed, so one read of the whole set serves both.
 local function hand_off(q, id, body)
-  if not q.runs or q.handoff_prefix == '' or (q.pending_size or claimable_count(q.pending)) > 0
-      or redis.call('ZCARD', q.idle) == 0 or redis.call('EXISTS', q.paused, q.holds) > 0 then
+  if not q.runs or q.handoff_prefix == '' or (q.pending_size or claimable_count(q.pending)) > 0 then
     return false
   end
-  redis.call('ZREMRANGEBYSCORE', q.idle, '-inf', q.now)
-  for _, worker in ipairs(redis.call('ZRANGE', q.idle, 0, -1)) do
+  local idle = redis.call('ZRANGE', q.idle, 0, -1, 'WITHSCORES')
+  if #idle == 0 or redis.call('EXISTS', q.paused, q.holds) > 0 then
+    return false
+  end
+  for i = 1, #idle, 2 do
+    local worker = idle[i]
     redis.call('ZREM', q.idle, worker)
-    local run = (tonumber(redis.call('HGET', q.runs, id)) or 0) + 1
-    if redis.call('PUBLISH', q.handoff_prefix .. worker, id .. '\n' .. run .. '\n' .. body) > 0 then
-      redis.call('HSET', q.runs, id, run)
-      redis.call('ZADD', q.active, q.now + q.lease, id)
-      redis.call('HSET', q.state, id, 'active')
-      redis.call('HSET', q.owner, id, worker)
-      return true
+    if tonumber(idle[i + 1]) > q.now then
+      local run = (tonumber(redis.call('HGET', q.runs, id)) or 0) + 1
+      if redis.call('PUBLISH', q.handoff_prefix .. worker, id .. '\n' .. run .. '\n' .. body) > 0 then
+        redis.call('HSET', q.runs, id, run)
+        redis.call('ZADD', q.active, q.now + q.lease, id)
+        redis.call('HSET', q.state, id, 'active')
+        redis.call('HSET', q.owner, id, worker)
+        return true
+      end
     end
   end
   return false
