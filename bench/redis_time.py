@@ -10,8 +10,10 @@ The figures are what Redis spends, whatever the client's machine does: the part 
 that a single-threaded Redis shares among every worker, and the part of each enqueue's round trip
 spent in the server. Each line is the median of `--repeat` runs, with its range. The task is a
 `@task` with no arguments and the default options (bench/enqueue.py's `noop`); the worker is an
-in-process burst worker with `--concurrency` threads. Keys are under a prefix of the run's own,
-deleted at the end.
+in-process burst worker with `--concurrency` threads. The hand-off figure is the enqueue an idle
+worker's latency pays: before each task, a listener subscribed to a worker's hand-off channel
+registers that worker as idle (a `ZADD`, not counted), and the enqueue hands the task to it.
+Keys are under a prefix of the run's own, deleted at the end.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from enqueue import QUEUE, delete_keys, noop, setup_django
 FIGURES = {
     "enqueue cpu": "enqueued one by one, CPU of Redis's main thread",
     "enqueue scripts": "enqueued one by one, in scripts (EVALSHA)",
+    "handoff scripts": "enqueued one by one, each handed to an idle worker, in scripts (EVALSHA)",
+    "lpush": "for comparison, one LPUSH of a message of the same size",
     "drain cpu": "drained by one worker of {threads} threads, CPU of Redis's main thread",
     "drain scripts": "drained by one worker of {threads} threads, in scripts (EVALSHA)",
 }
@@ -57,6 +61,36 @@ def script_micros(client) -> float:
 
 def shown(values: list[float]) -> str:
     return f"{statistics.median(values):.1f} µs ({min(values):.1f}-{max(values):.1f})"
+
+
+def handoff_micros(broker, task_type, tasks: int) -> float:
+    """µs in scripts an enqueue takes that hands its task to an idle worker."""
+    client, qk = broker.client, broker.queue(QUEUE)
+    listener = client.pubsub(ignore_subscribe_messages=True)
+    listener.subscribe(qk.handoff_channel("idle-one"))
+    try:
+        delete_keys(client, broker.keys.queue_prefix(QUEUE) + "*")
+        client.config_resetstat()
+        for _ in range(tasks):
+            client.zadd(qk.idle, {"idle-one": broker.server_now_ms() + 60_000})
+            message = task_type.enqueue()
+            if client.hget(qk.owner, message.id) != "idle-one":
+                raise SystemExit("a task was not handed to the idle worker")
+        return script_micros(client) / tasks
+    finally:
+        listener.close()
+        delete_keys(client, broker.keys.queue_prefix(QUEUE) + "*")
+
+
+def lpush_micros(client, message: str, tasks: int) -> float:
+    """µs an LPUSH of `message` takes in Redis (huey's enqueue is one)."""
+    key = f"{client.connection_pool.connection_kwargs.get('db', 0)}-lpush-{uuid.uuid4().hex}"
+    client.config_resetstat()
+    for _ in range(tasks):
+        client.lpush(key, message)
+    client.delete(key)
+    stats = client.info("commandstats").get("cmdstat_lpush", {})
+    return float(stats.get("usec", 0)) / tasks
 
 
 def main() -> int:
@@ -92,6 +126,8 @@ def main() -> int:
             figures["drain scripts"].append(script_micros(client) / args.tasks)
             if client.zcard(broker.queue(QUEUE).pending):
                 raise SystemExit("the burst worker left pending tasks behind")
+            figures["handoff scripts"].append(handoff_micros(broker, rtq_noop, args.tasks))
+            figures["lpush"].append(lpush_micros(client, rtq_noop.prepare().to_json(), args.tasks))
         for name, what in FIGURES.items():
             print(f"Redis's own time a task, {what.format(threads=args.concurrency)}: {shown(figures[name])}")
         return 0
