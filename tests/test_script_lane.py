@@ -10,15 +10,32 @@ import threading
 import fakeredis
 import pytest
 import redis
-from redis.backoff import NoBackoff
+from redis.backoff import ConstantBackoff, NoBackoff
 from redis.retry import Retry
 
 from django_rtq.broker import Broker
 from django_rtq.broker.lane import ScriptLane, lane_pool
 from django_rtq.exceptions import BrokerUnavailable
 from tests.support.factories import EMAILS, message
+from tests.support.polling import wait_for
 from tests.support.reading import state_of
 from tests.support.servers import RedisProcess
+
+
+class CountingBackoff(ConstantBackoff):
+    """No wait between retries; counts them in `retries`, shared by its copies (redis-py gives
+    each connection a copy of the client's Retry)."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.retries: list[int] = []
+
+    def compute(self, failures: int) -> float:
+        self.retries.append(failures)
+        return 0
+
+    def __deepcopy__(self, memo: dict) -> CountingBackoff:
+        return self
 
 
 @pytest.fixture
@@ -73,6 +90,42 @@ def test_a_restart_while_the_thread_was_away_is_ridden_out(tmp_path):
         assert lane.execute("SET", "after", "1") is True
     finally:
         server.kill()
+
+
+def test_a_call_while_redis_is_away_fails_as_the_clients_own_command_would(server):
+    lane_backoff, client_backoff = CountingBackoff(), CountingBackoff()
+    lane = ScriptLane(client_of(server, retry=Retry(lane_backoff, 3)))
+    client = client_of(server, retry=Retry(client_backoff, 3))
+    lane.execute("PING")
+    client.ping()
+    server.kill()
+
+    for _ in range(2):  # on the connection Redis closed, then on none
+        with pytest.raises(redis.ConnectionError):
+            lane.execute("PING")
+        with pytest.raises(redis.ConnectionError):
+            client.execute_command("PING")
+    assert lane_backoff.retries == client_backoff.retries
+
+
+def blocked_clients(server: RedisProcess) -> list[dict]:
+    return [c for c in client_of(server).client_list() if c["cmd"] == "blpop"]
+
+
+def test_a_command_cut_short_is_retried_by_the_clients_retry(server):
+    backoff = CountingBackoff()
+    lane = ScriptLane(client_of(server, retry=Retry(backoff, 3)))
+    results = []
+    waiting = threading.Thread(target=lambda: results.append(lane.execute("BLPOP", "cut", 10)))
+    waiting.start()
+    first = wait_for(lambda: blocked_clients(server))[0]
+    client_of(server).client_kill_filter(_id=first["id"])
+    wait_for(lambda: [c for c in blocked_clients(server) if c["id"] != first["id"]])
+    client_of(server).rpush("cut", "late")
+    waiting.join(10)
+
+    assert results == [("cut", "late")]  # redis-py's reply for BLPOP
+    assert backoff.retries == [1]
 
 
 def test_a_killed_connection_is_replaced(server):

@@ -8,9 +8,10 @@ what an enqueue spends before its bytes leave (bench/RESULTS.md, issue 29, fourt
 `ScriptLane` keeps one connection of the client's pool checked out per thread and sends script
 calls on it. What the pool's checkout does, it does otherwise:
 
-- before each call it looks whether the socket has something to read, as the pool does at a
-  checkout: a server that closed the connection while the thread was away (a Redis restart, a
-  `CLIENT KILL`, an idle timeout) is found then, and the call goes on a new connection;
+- before each call it connects if need be and looks whether the socket has something to read,
+  as the pool's checkout does: a server that closed the connection while the thread was away (a
+  Redis restart, a `CLIENT KILL`, an idle timeout) is found then, and the call goes on a new
+  connection; a server that cannot be reached raises then, as at a checkout;
 - a command cut short (a lost connection, a timeout, an interrupt) leaves the connection
   disconnected, so that nothing unread is ever read as the next reply;
 - a lost connection or a timeout is retried by the connection's own `Retry`, as redis-py does
@@ -157,12 +158,7 @@ class ScriptLane:
         connection = held.connection if held else None
         if connection is None:
             return self.client.execute_command(*args)
-        try:
-            stale = connection.can_read()  # an EOF, or bytes nobody asked for
-        except (redis.ConnectionError, redis.TimeoutError, OSError):
-            stale = True
-        if stale:
-            connection.disconnect()  # the send connects anew
+        self._ready(connection)
         try:
             reply = connection.retry.call_with_retry(
                 lambda: self._round_trip(connection, held.pack(args)), lambda error: connection.disconnect()
@@ -184,6 +180,19 @@ class ScriptLane:
         if held is None or held.pid != os.getpid():
             held = self._local.held = _Held(self.pool, self._slots)
         return held
+
+    @staticmethod
+    def _ready(connection: Any) -> None:
+        """What the pool's checkout does: connect if need be, and connect anew if the socket has
+        something to read (an EOF, or bytes nobody asked for). A server that cannot be reached
+        raises here, after the connect's own retries, as a checkout would."""
+        connection.connect()  # (redis-py retries a connect by the connection's Retry)
+        try:
+            if connection.can_read():
+                raise redis.ConnectionError("the connection has unread data")
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            connection.disconnect()
+            connection.connect()
 
     @staticmethod
     def _round_trip(connection: Any, packed: list[bytes]) -> Any:
