@@ -43,9 +43,9 @@ def main() -> int:
     args = parse_args()
     prefix = f"rtqbench-cold-{uuid.uuid4().hex[:10]}"
     setup_django(args.redis_url, prefix, MIRROR=False, OUTBOX=False)
-    import redis.connection
     from django.tasks import task as django_task
 
+    from bench.peers.parts import stamp_sends
     from django_rtq import get_broker, task
 
     kinds = {"@task": task(noop).enqueue, "django.tasks": django_task(queue_name=QUEUE)(django_noop).enqueue}
@@ -53,15 +53,7 @@ def main() -> int:
     lane_pool = broker.lane.pool
     if lane_pool is None:
         sys.exit("bench: this client's pool is not one the script lane serves")
-    sent_at = [0]
-    original = redis.connection.AbstractConnection.send_packed_command
-
-    def sending(self, command, check_health=True):
-        if not sent_at[0]:
-            sent_at[0] = time.perf_counter_ns()
-        return original(self, command, check_health)
-
-    redis.connection.AbstractConnection.send_packed_command = sending
+    sent_at = stamp_sends()
     try:
         for kind, enqueue in kinds.items():
             enqueue()  # registers the queue, loads the scripts
@@ -71,9 +63,9 @@ def main() -> int:
                 broker.lane.pool = lane_pool if way == "lane" else None  # None: execute_command
                 time.sleep(args.pause)
                 sent_at[0] = 0
-                start = time.perf_counter_ns()
+                start = time.monotonic_ns()
                 enqueue()
-                end = time.perf_counter_ns()
+                end = time.monotonic_ns()
                 if i >= 2 * WARMUP:
                     figures[way][0].append((sent_at[0] - start) / 1000)
                     figures[way][1].append((end - start) / 1000)
@@ -87,7 +79,6 @@ def main() -> int:
         return 0
     finally:
         broker.lane.pool = lane_pool
-        redis.connection.AbstractConnection.send_packed_command = original
         delete_keys(broker.client, f"{prefix}*")
 
 

@@ -51,8 +51,6 @@ def parse_args() -> argparse.Namespace:
 
 def drive(system: str, tasks: int, gap: float) -> dict[str, list[float]]:
     """In the system's own Python: send the tasks, and read the worker's stamps."""
-    import redis.connection
-
     from bench.peers import common, parts
 
     if system == "huey":
@@ -64,15 +62,7 @@ def drive(system: str, tasks: int, gap: float) -> dict[str, list[float]]:
         from bench.peers.tasks import DJANGO_TASKS, NATIVE
 
         send = (NATIVE if system == "rtq" else DJANGO_TASKS)["empty"].enqueue
-    sent_at = [0]
-    original = redis.connection.AbstractConnection.send_packed_command
-
-    def sending(self, command, check_health=True):
-        if not sent_at[0]:
-            sent_at[0] = time.monotonic_ns()
-        return original(self, command, check_health)
-
-    redis.connection.AbstractConnection.send_packed_command = sending
+    sent_at = parts.stamp_sends()
     client = common.client()
     client.delete(common.STAMPS_KEY, parts.PARTS_KEY)
     ours = {}

@@ -44,3 +44,19 @@ def install_worker(read: str) -> None:
             common.client().rpush(PARTS_KEY, f"{token} {_read_at[0]} {started}")
 
     common.run = stamped
+
+
+def stamp_sends() -> list[int]:
+    """The driver's side: patch redis-py so that the first command sent once `stamps[0]` is set
+    to 0 notes the time (monotonic, ns) its bytes start to leave in `stamps[0]`; return `stamps`."""
+    stamps = [0]
+    original = redis.connection.AbstractConnection.send_packed_command
+
+    @functools.wraps(original)
+    def sending(self: Any, command: Any, check_health: bool = True) -> Any:
+        if not stamps[0]:
+            stamps[0] = time.monotonic_ns()
+        return original(self, command, check_health)
+
+    redis.connection.AbstractConnection.send_packed_command = sending
+    return stamps
