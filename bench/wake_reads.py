@@ -17,7 +17,16 @@ the median of the differences, with the 10th and 90th percentiles. The sends are
   socket's timeout set back, then the read;
 - django-rtq's `Subscriber.listen(timeout)` (django_rtq/worker/subscriber.py): one read that
   blocks until the message comes or the timeout passes;
-- huey's way: `BRPOP` on a list, the message sent by `LPUSH`.
+- huey's way: `BRPOP` on a list, the message sent by `LPUSH`;
+- `Subscriber.listen` again, its message published after a `PING` in the same pipeline.
+
+Redis writes its replies once it has run what it read, the client it had a reply for last
+written first. A `PUBLISH` (or a script that publishes, as the enqueue that hands a task to an
+idle worker does) is answered after the listener was given the message, so the sender is
+written first, then the listener; a `BRPOP` is served after the `LPUSH` that it waited for is
+answered, so the listener is written first. The last line turns the order around for a publish:
+the `PING`'s reply makes the sender a client with a reply before the message. The sender's own
+round trip is printed beside each line: what is gained on the one side is paid on the other.
 """
 
 from __future__ import annotations
@@ -34,7 +43,13 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 PAYLOAD = "x" * 300  # about a small task's message
-READS = ("get_message", "can_read + read_response", "Subscriber.listen", "BRPOP (huey)")
+READS = (
+    "get_message",
+    "can_read + read_response",
+    "Subscriber.listen",
+    "BRPOP (huey)",
+    "Subscriber.listen, PING first",
+)
 WAIT = 0.25  # the subscriber's own wait (POLL_SECONDS)
 
 
@@ -60,7 +75,7 @@ def listen(read: str, url: str, key: str, count: int, ready, results) -> None:
             popped = client.brpop([key], timeout=WAIT)
             if popped:
                 delays.append(time.monotonic_ns() - sent_at(popped[1]))
-    elif read == "Subscriber.listen":
+    elif read.startswith("Subscriber.listen"):
         from django_rtq.broker import Broker
         from django_rtq.worker.subscriber import Subscriber
 
@@ -108,28 +123,41 @@ def main() -> int:
         if not ready.wait(30):
             raise SystemExit(f"the {read} listener did not start")
         listeners.append(process)
-    while any(n < 1 for _, n in client.pubsub_numsub(*[keys[read] for read in READS[:3]])):
+    channels = [key for read, key in keys.items() if read != "BRPOP (huey)"]
+    while any(n < 1 for _, n in client.pubsub_numsub(*channels)):
         time.sleep(0.01)
+    round_trips: dict[str, list[int]] = {read: [] for read in READS}
     for _ in range(args.messages):
         for read, key in keys.items():
             time.sleep(args.gap)
-            data = f"{time.monotonic_ns()}|{PAYLOAD}"
+            sent = time.monotonic_ns()
+            data = f"{sent}|{PAYLOAD}"
             if read == "BRPOP (huey)":
                 client.lpush(key, data)
+            elif read.endswith("PING first"):
+                pipe = client.pipeline(transaction=False)
+                pipe.ping()
+                pipe.publish(key, data)
+                pipe.execute()
             else:
                 client.publish(key, data)
+            round_trips[read].append(time.monotonic_ns() - sent)
     delays = dict(results.get(timeout=60) for _ in listeners)
     for process in listeners:
         process.join()
     client.delete(*keys.values())
     print(
         f"bench: from the send to the message parsed, at an idle listener, {args.messages} messages "
-        f"{args.gap * 1000:g} ms apart, the listeners taking turns; median (10th-90th percentile), µs"
+        f"{args.gap * 1000:g} ms apart, the listeners taking turns; median (10th-90th percentile), µs; "
+        "the sender's round trip, median"
     )
     for read in READS:
         got = sorted(delays[read])
         tenth, ninetieth = got[len(got) // 10], got[len(got) * 9 // 10]
-        print(f"{read:26s} {statistics.median(got) / 1000:6.0f} ({tenth / 1000:.0f}-{ninetieth / 1000:.0f})")
+        print(
+            f"{read:30s} {statistics.median(got) / 1000:6.0f} ({tenth / 1000:.0f}-{ninetieth / 1000:.0f})"
+            f"   sender {statistics.median(round_trips[read]) / 1000:.0f}"
+        )
     return 0
 
 
