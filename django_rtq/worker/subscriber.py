@@ -74,14 +74,14 @@ class Subscriber(Component):
         """The next message published on the channels, as (channel, data), within `timeout`
         seconds; None if none came (or something else did: a subscription's confirmation).
 
-        A published message is read off the connection directly, and a wait for one is a read
-        that blocks until a message comes or `timeout` passes: redis-py's `get_message`, made for
-        every kind of reply, polls the socket, looks again whether it was closed and sets its
-        timeout back before it reads, about 85 µs from the socket's wake-up to its return on an
-        idle worker where the blocking read takes one `recv`; this is the way of every task
-        handed over (bench/RESULTS.md). Any other reply goes through redis-py's handling; a
-        lost connection, and a connection with health checks (`health_check_interval`), through
-        redis-py's own read, which reconnects and subscribes again."""
+        This is the way of every task handed over, so it is short: a wait is one read that
+        blocks until a message comes or `timeout` passes, and a published message is taken off
+        the connection as read. redis-py's `get_message`, made for every kind of reply, polls the
+        socket, looks again whether it closed and sets its timeout back between the wake-up and
+        the read: on an idle worker it has the message 60-70 µs later (bench/wake_reads.py). Any
+        other reply goes through redis-py's handling; a lost connection, and a connection with
+        health checks (`health_check_interval`), through redis-py's own read, which reconnects
+        and subscribes again."""
         connection = pubsub.connection
         if connection is None or connection.health_check_interval or connection._sock is None:
             return _published(pubsub.get_message(timeout=timeout))
