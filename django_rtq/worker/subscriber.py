@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 import threading
 from collections.abc import Callable, Sequence
 
@@ -86,9 +87,9 @@ class Subscriber(Component):
         if connection is None or connection.health_check_interval or connection._sock is None:
             return _published(pubsub.get_message(timeout=timeout))
         try:
-            if timeout > 0:
+            if timeout > 0 and isinstance(connection._sock, socket.socket):
                 reply = _read_within(connection, timeout)
-            elif connection.can_read(timeout=0):
+            elif connection.can_read(timeout=timeout):  # a look, or a connection of fakeredis
                 reply = connection.read_response(disconnect_on_error=False, push_request=True)
             else:
                 return None
