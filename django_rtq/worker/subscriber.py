@@ -117,7 +117,8 @@ class Subscriber(Component):
 
 
 def _read_within(connection: redis.connection.AbstractConnection, timeout: float) -> object | None:
-    """The next reply on a subscribed connection, or None if none began within `timeout` seconds.
+    """The next reply on a subscribed connection, or None if none was whole within `timeout`
+    seconds.
 
     The socket's timeout is set before the read blocks, and left so for the next wait, which is
     most often as long: setting it costs a system call, and after the message came it would be
