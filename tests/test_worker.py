@@ -491,13 +491,14 @@ def test_a_worker_whose_redis_is_a_slow_round_trip_away_holds_more_short_tasks(
     url = redis.connection.parse_url(redis_url)
     proxy = TCPProxy(url.get("host", "127.0.0.1"), url.get("port", 6379), delay=0.02).up()
     client = redis.Redis(port=proxy.port, db=url.get("db", 0), decode_responses=True, socket_timeout=5)
-    worker = Worker(broker=Broker(client, prefix=prefix), queues={"default": 1}, concurrency=2)
+    worker = Worker(broker=Broker(client, prefix=prefix), queues={"default": 1}, concurrency=2, relay=False)
     for i in range(300):
         tasks.record.enqueue("far", i)
-    claims = []
+    claims, capacities = [], []
     claim = worker.processor.fetcher._claim
 
     def counted_claim(free, start_now):
+        capacities.append(worker.processor.capacity)
         claimed = claim(free, start_now)
         claims.append(len(claimed))
         return claimed
@@ -506,7 +507,9 @@ def test_a_worker_whose_redis_is_a_slow_round_trip_away_holds_more_short_tasks(
     worker.start()
     try:
         wait_for(lambda: len(reports(redis_client, "far")) == 300, timeout=60, message="the tasks")
-        assert worker.processor.capacity == MAX_SHORT_TASKS_BUFFER * 2
+        # The peak, not the last figure: handlers slowed near the end by a busy host (CI) raise
+        # the moving average of durations, and so lower the capacity, as they should.
+        assert max(capacities) == MAX_SHORT_TASKS_BUFFER * 2
         assert max(claims) > SHORT_TASKS_BUFFER * 2  # a claim took more than the loopback buffer
     finally:
         worker.stop()
