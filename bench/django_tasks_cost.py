@@ -13,8 +13,8 @@ task context set as a worker sets it (a first attempt), as the median of `--repe
 the `django.tasks` logger: each step is timed with the default logging, and again with that
 logger at WARNING (what docs/django.md tells users who do not want those lines).
 
-These are the costs of one thread alone; in a worker, eight threads that share the GIL pay
-about twice as much for each µs (bench/peers.py prints the worker's CPU a task).
+These are the costs of one thread alone, back to back; in a worker they are several times
+larger, and bench/django_tasks_worker_cost.py measures them there.
 """
 
 from __future__ import annotations
