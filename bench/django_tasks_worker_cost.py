@@ -11,7 +11,8 @@ Each run enqueues `--tasks` tasks of bench/peers.py's `incr` handler (one Redis 
 drains them with a real `manage.py rtq_worker --burst` of `--concurrency` threads pinned to one
 CPU (`--cpu`, the last by default; -1 leaves it to the scheduler), and takes the worker's CPU
 (user + system) from the kernel's accounting of the finished child. A burst worker that finds
-nothing to do is timed the same way, and its start-up subtracted. Four variants, in turn:
+nothing to do is timed the same way, and its start-up subtracted, from the CPU and from the wall
+time the drain rate is reckoned on. Four variants, in turn:
 
 - `@task`: django-rtq's own decorator (bench/peers/rtq_settings.py, as `bench/peers.py` runs it);
 - `django.tasks`: Django's `@task` run by django-rtq's backend, with Django's default logging;
