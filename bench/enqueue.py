@@ -4,6 +4,7 @@ Run from the repository root (a script, not a test):
 
     python bench/enqueue.py [--tasks 20000] [--bulk-tasks 20000] [--memory-tasks 100000]
                             [--repeat 3] [--redis-url redis://127.0.0.1:6379/0]
+                            [--huey-python .venv-bench/huey/bin/python]
 
 Each single-enqueue line is the median of `--repeat` runs of `--tasks` calls (with the range);
 the runs go in rounds, each measure once a round, and a line's overhead over the floor is the
@@ -11,11 +12,14 @@ median of its rounds' differences to the floor: one `EVALSHA` round trip of a on
 script on the same redis-py connection (issue 29's floor; a `PING` is printed beside it). The
 enqueue script's own round trip (`EVALSHA` of enqueue.lua with prepared arguments) shows how much
 of that overhead is the script's time in Redis rather than Python. Three more lines bound what any
-enqueue of this design costs: an `LPUSH` of the message (huey's whole enqueue), the least script
+enqueue of this design costs: an `LPUSH` of the message (the command of huey's enqueue), the least script
 that writes a task as django-rtq stores it (LEAST_ENQUEUE), and that script after building the
-message. Memory is measured with `MEMORY USAGE`
-of the queue's msg, state, pending and priority keys, and with `INFO memory` used_memory before
-and after (server-wide: other clients of the same Redis add noise). The run uses a key prefix of
+message. Where huey's virtualenv is (bench/peers.py makes it), huey's own enqueue takes its turn
+in every round too, timed in a process of huey's Python on the same CPU, and the run then gives
+each enqueue's rate as a multiple of huey's (issue 29's single-enqueue target is 0.9x or more),
+the median of the rounds' ratios. Memory is measured with `MEMORY USAGE` of the queue's msg,
+state, pending and priority keys, and with `INFO memory` used_memory before and after
+(server-wide: other clients of the same Redis add noise). The run uses a key prefix of
 its own ("rtqbench-enq-<random>") and deletes its keys at the end.
 """
 
@@ -25,6 +29,7 @@ import argparse
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 import uuid
@@ -33,6 +38,9 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 QUEUE = "bench"
+HUEY_PYTHON = REPO_ROOT / ".venv-bench" / "huey" / "bin" / "python"
+#: Calls each process makes before its first timed run: imports, connections, the script cache.
+WARMUP_CALLS = 100
 
 
 def parse_args() -> argparse.Namespace:
@@ -44,6 +52,13 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--repeat", type=int, default=5, help="runs of each measure; the median is printed")
     parser.add_argument("--redis-url", default=os.environ.get("RTQ_REDIS_URL") or "redis://127.0.0.1:6379/0")
+    parser.add_argument(
+        "--huey-python",
+        type=Path,
+        default=HUEY_PYTHON,
+        help="a Python with huey installed (skipped if absent)",
+    )
+    parser.add_argument("--huey-child", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args()
 
 
@@ -91,6 +106,59 @@ def noop() -> None:
 
 def django_noop() -> None:
     """The same as a `django.tasks` task."""
+
+
+class HueyEnqueue:
+    """huey's enqueue (`RedisHuey`, its defaults; bench/peers/huey_tasks.py's `empty`), timed in a
+    process of huey's own Python that runs `count` calls each time `run()` asks it to."""
+
+    def __init__(self, python: Path, redis_url: str, count: int) -> None:
+        env = {**os.environ, "BENCH_REDIS_URL": redis_url, "PYTHONPATH": str(REPO_ROOT)}
+        self.process = subprocess.Popen(
+            [str(python), __file__, "--huey-child", "--tasks", str(count), "--redis-url", redis_url],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            text=True,
+        )
+        self.version = self._answer()
+
+    def _answer(self) -> str:
+        answer = self.process.stdout.readline().strip()
+        if not answer:
+            raise RuntimeError(f"huey's process ended (exit code {self.process.wait()})")
+        return answer
+
+    def run(self) -> float:
+        """Seconds of one run of `count` enqueue calls."""
+        self.process.stdin.write("run\n")
+        self.process.stdin.flush()
+        return float(self._answer())
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
+
+
+def huey_child(count: int) -> int:
+    """In huey's Python: answer huey's version, then time `count` enqueues for each line read."""
+    from importlib.metadata import version
+
+    from bench.peers.huey_tasks import empty, huey
+
+    for _ in range(WARMUP_CALLS):
+        empty()
+    print(version("huey"), flush=True)
+    try:
+        for _ in sys.stdin:
+            huey.flush()
+            start = time.perf_counter()
+            for _ in range(count):
+                empty()
+            print(time.perf_counter() - start, flush=True)
+    finally:
+        huey.flush()
+    return 0
 
 
 def delete_keys(client, pattern: str) -> None:
@@ -173,6 +241,8 @@ def memory_lines(client, broker, task_type, count: int, clear_queue) -> list[str
 
 def main() -> int:
     args = parse_args()
+    if args.huey_child:
+        return huey_child(args.tasks)
     prefix = f"rtqbench-enq-{uuid.uuid4().hex[:10]}"
     setup_django(args.redis_url, prefix)
     import django
@@ -260,18 +330,40 @@ def main() -> int:
             ),
             ("enqueue one by one, django.tasks .enqueue()", dj_noop.enqueue, clear_queue),
         ]
-        runs: dict[str, list[float]] = {what: [] for what, _, _ in measures}
-        for _ in range(args.repeat):
-            for what, call, before in measures:
-                runs[what].append(timed(n, call, before)() / n * 1e6)
+        timings = [(what, timed(n, call, before)) for what, call, before in measures]
+        huey_what = None
+        if args.huey_python.exists():
+            huey = HueyEnqueue(args.huey_python, args.redis_url, n)
+            huey_what = f"huey's enqueue one by one (huey {huey.version}, RedisHuey, in its own Python)"
+            timings.append((huey_what, huey.run))
+        else:
+            print(f"bench: no huey at {args.huey_python} (bench/peers.py makes it): huey's line left out")
+        runs: dict[str, list[float]] = {what: [] for what, _ in timings}
+        try:
+            for _ in range(args.repeat):
+                for what, measure in timings:
+                    runs[what].append(measure() / n * 1e6)
+        finally:
+            if huey_what:
+                huey.close()
         floors = runs[floor_what]
-        for what, _, _ in measures:
+        for what, _ in timings:
             micros = sorted(runs[what])
             text = line(what, n, (statistics.median(micros), micros[0], micros[-1]))
             if what != floor_what and "no I/O" not in what:
                 over = statistics.median(m - f for m, f in zip(runs[what], floors, strict=True))
                 text += f"; {over:+.1f} µs over the EVALSHA floor (median of each round's difference)"
             print(text, flush=True)
+        if huey_what:
+            hueys = runs[huey_what]
+            for what, _ in timings:
+                if "no I/O" in what or what in (huey_what, floor_what) or what.startswith("PING"):
+                    continue
+                ratio = statistics.median(h / m for h, m in zip(hueys, runs[what], strict=True))
+                print(
+                    f"rate against huey's enqueue (median of each round's ratio): {what}: {ratio:.2f}x",
+                    flush=True,
+                )
 
         # Redis's own time a script call, as the server counts it (the round trip aside)
         lua = broker.scripts["enqueue"].source
