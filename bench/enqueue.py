@@ -361,7 +361,7 @@ def main() -> int:
                     continue
                 ratio = statistics.median(h / m for h, m in zip(hueys, runs[what], strict=True))
                 print(
-                    f"rate against huey's enqueue (median of each round's ratio): {what}: {ratio:.2f}x",
+                    f"rate as a multiple of huey's (median of the rounds' ratios): {what}: {ratio:.2f}x",
                     flush=True,
                 )
 
