@@ -7,6 +7,10 @@ Run from the repository root, after bench/peers.py has made huey's virtualenv (.
 
     .venv-test/django6/bin/python bench/latency_parts.py [--tasks 400] [--repeat 3]
                                                          [--redis-url redis://127.0.0.1:6391/0]
+                                                         [--systems rtq,rtq-django,huey]
+
+`--systems` may name `rtq-django-quiet` too: `django.tasks` with its logger at WARNING
+(bench/peers/rtq_quiet_settings.py), whose start Django's receiver then logs no record of.
 
 Each system runs its worker as bench/peers.py does (`rtq_worker`, 8 threads; `huey_consumer -k
 thread -w 8`), with bench/peers/parts.py patched in: it notes when the worker has read the
@@ -37,6 +41,14 @@ RTQ_PYTHON = REPO_ROOT / ".venv-test" / "django6" / "bin" / "python"
 HUEY_BIN = REPO_ROOT / ".venv-bench" / "huey" / "bin"
 WARMUP = 50
 PARTS = ("before its bytes leave", "Redis and the wake-up", "worker to the handler", "in all")
+#: django-rtq's systems by the settings their worker runs with (the driver's too, but for its stamps).
+RTQ_SETTINGS = {
+    "rtq": "bench.peers.parts_rtq_settings",
+    "rtq-django": "bench.peers.parts_rtq_settings",
+    # django.tasks with its logger at WARNING: Django's receivers then make no log record a task
+    "rtq-django-quiet": "bench.peers.parts_rtq_quiet_settings",
+}
+SYSTEMS = (*RTQ_SETTINGS, "huey")
 
 
 def parse_args() -> argparse.Namespace:
@@ -45,8 +57,16 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=3, help="rounds; each system once a round")
     parser.add_argument("--gap", type=float, default=0.002, help="seconds between tasks")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6391/0")
-    parser.add_argument("--driver", choices=("rtq", "rtq-django", "huey"), help=argparse.SUPPRESS)
-    return parser.parse_args()
+    parser.add_argument(
+        "--systems", default="rtq,rtq-django,huey", help=f"which of {', '.join(SYSTEMS)} take turns"
+    )
+    parser.add_argument("--driver", choices=SYSTEMS, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    args.systems = tuple(args.systems.split(","))
+    unknown = set(args.systems) - set(SYSTEMS)
+    if unknown:
+        parser.error(f"unknown systems: {', '.join(sorted(unknown))}")
+    return args
 
 
 def drive(system: str, tasks: int, gap: float) -> dict[str, list[float]]:
@@ -58,7 +78,7 @@ def drive(system: str, tasks: int, gap: float) -> dict[str, list[float]]:
 
         send = TASKS["empty"]
     else:
-        common.setup_django("bench.peers.rtq_settings")
+        common.setup_django(RTQ_SETTINGS[system].replace(".parts_", "."))  # without the worker's stamps
         from bench.peers.tasks import DJANGO_TASKS, NATIVE
 
         send = (NATIVE if system == "rtq" else DJANGO_TASKS)["empty"].enqueue
@@ -106,7 +126,7 @@ def worker_command(system: str) -> list[str]:
 def run_round(system: str, args: argparse.Namespace, env: dict[str, str]) -> dict[str, list[float]]:
     python = HUEY_BIN / "python" if system == "huey" else RTQ_PYTHON
     if system != "huey":
-        env = {**env, "DJANGO_SETTINGS_MODULE": "bench.peers.parts_rtq_settings"}
+        env = {**env, "DJANGO_SETTINGS_MODULE": RTQ_SETTINGS[system]}
     worker = subprocess.Popen(worker_command(system), cwd=REPO_ROOT, env=env, stderr=subprocess.DEVNULL)
     try:
         time.sleep(3)  # the worker's start (a driver's first task waits for it in any case)
@@ -142,7 +162,7 @@ def main() -> int:
         "BENCH_REDIS_URL": args.redis_url,
         "BENCH_PREFIX": f"parts{os.getpid()}",
     }
-    systems = ("rtq", "rtq-django", "huey")
+    systems = args.systems
     rounds: dict[str, list[dict[str, list[float]]]] = {system: [] for system in systems}
     for _ in range(args.repeat):
         for system in systems:
