@@ -11,10 +11,10 @@ the runs go in rounds, each measure once a round, and a line's overhead over the
 median of its rounds' differences to the floor: one `EVALSHA` round trip of a one-line
 script on the same redis-py connection (issue 29's floor; a `PING` is printed beside it). The
 enqueue script's own round trip (`EVALSHA` of enqueue.lua with prepared arguments) shows how much
-of that overhead is the script's time in Redis rather than Python. Three more lines bound what any
-enqueue of this design costs: an `LPUSH` of the message (the command of huey's enqueue), the least script
-that writes a task as django-rtq stores it (LEAST_ENQUEUE), and that script after building the
-message. Where huey's virtualenv is (bench/peers.py makes it), huey's own enqueue takes its turn
+of that overhead is the script's time in Redis rather than Python. Three more lines bound what
+any enqueue of this design costs: an `LPUSH` of the message (the command of huey's enqueue), the
+least script that writes a task as django-rtq stores it (LEAST_ENQUEUE), and that script after
+building the message. Where huey's virtualenv is (bench/peers.py makes it), huey's own enqueue takes its turn
 in every round too, timed in a process of huey's Python on the same CPU, and the run then gives
 each enqueue's rate as a multiple of huey's (issue 29's single-enqueue target is 0.9x or more),
 the median of the rounds' ratios. Memory is measured with `MEMORY USAGE` of the queue's msg,

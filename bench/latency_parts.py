@@ -10,7 +10,8 @@ Run from the repository root, after bench/peers.py has made huey's virtualenv (.
                                                          [--systems rtq,rtq-django,huey]
 
 `--systems` may name `rtq-django-quiet` too: `django.tasks` with its logger at WARNING
-(bench/peers/rtq_quiet_settings.py), whose start Django's receiver then logs no record of.
+(bench/peers/rtq_quiet_settings.py), so that Django's receiver of `task_started` builds no log
+record before the handler starts.
 
 Each system runs its worker as bench/peers.py does (`rtq_worker`, 8 threads; `huey_consumer -k
 thread -w 8`), with bench/peers/parts.py patched in: it notes when the worker has read the
