@@ -305,10 +305,12 @@ def main() -> int:
         # (what, the call, what to do before a run of it); every round runs each once, in turn,
         # so that a change of the machine's pace between rounds moves all of them alike
         floor_what = "EVALSHA floor (a one-line script, the same connection)"
-        measures = [
+        references = [
             ("PING (redis-py, one connection)", client.ping, None),
             (floor_what, lambda: client.evalsha(one_line, 0), None),
             ("build_message only (no I/O)", lambda: build_message(rtq_noop, (), {}), None),
+        ]
+        enqueues = [
             (
                 "LPUSH of a message (one command, as huey's enqueue)",
                 lambda: client.lpush(qk.pending + ":lpush", body),
@@ -330,7 +332,7 @@ def main() -> int:
             ),
             ("enqueue one by one, django.tasks .enqueue()", dj_noop.enqueue, clear_queue),
         ]
-        timings = [(what, timed(n, call, before)) for what, call, before in measures]
+        timings = [(what, timed(n, call, before)) for what, call, before in references + enqueues]
         huey_what = None
         if args.huey_python.exists():
             huey = HueyEnqueue(args.huey_python, args.redis_url, n)
@@ -356,9 +358,7 @@ def main() -> int:
             print(text, flush=True)
         if huey_what:
             hueys = runs[huey_what]
-            for what, _ in timings:
-                if "no I/O" in what or what in (huey_what, floor_what) or what.startswith("PING"):
-                    continue
+            for what, _, _ in enqueues:
                 ratio = statistics.median(h / m for h, m in zip(hueys, runs[what], strict=True))
                 print(
                     f"rate as a multiple of huey's (median of the rounds' ratios): {what}: {ratio:.2f}x",

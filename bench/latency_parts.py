@@ -42,12 +42,12 @@ RTQ_PYTHON = REPO_ROOT / ".venv-test" / "django6" / "bin" / "python"
 HUEY_BIN = REPO_ROOT / ".venv-bench" / "huey" / "bin"
 WARMUP = 50
 PARTS = ("before its bytes leave", "Redis and the wake-up", "worker to the handler", "in all")
-#: django-rtq's systems by the settings their worker runs with (the driver's too, but for its stamps).
+#: django-rtq's systems: the settings of their driver, and of their worker (the same, with the stamps).
 RTQ_SETTINGS = {
-    "rtq": "bench.peers.parts_rtq_settings",
-    "rtq-django": "bench.peers.parts_rtq_settings",
+    "rtq": ("bench.peers.rtq_settings", "bench.peers.parts_rtq_settings"),
+    "rtq-django": ("bench.peers.rtq_settings", "bench.peers.parts_rtq_settings"),
     # django.tasks with its logger at WARNING: Django's receivers then make no log record a task
-    "rtq-django-quiet": "bench.peers.parts_rtq_quiet_settings",
+    "rtq-django-quiet": ("bench.peers.rtq_quiet_settings", "bench.peers.parts_rtq_quiet_settings"),
 }
 SYSTEMS = (*RTQ_SETTINGS, "huey")
 
@@ -79,7 +79,7 @@ def drive(system: str, tasks: int, gap: float) -> dict[str, list[float]]:
 
         send = TASKS["empty"]
     else:
-        common.setup_django(RTQ_SETTINGS[system].replace(".parts_", "."))  # without the worker's stamps
+        common.setup_django(RTQ_SETTINGS[system][0])
         from bench.peers.tasks import DJANGO_TASKS, NATIVE
 
         send = (NATIVE if system == "rtq" else DJANGO_TASKS)["empty"].enqueue
@@ -127,7 +127,7 @@ def worker_command(system: str) -> list[str]:
 def run_round(system: str, args: argparse.Namespace, env: dict[str, str]) -> dict[str, list[float]]:
     python = HUEY_BIN / "python" if system == "huey" else RTQ_PYTHON
     if system != "huey":
-        env = {**env, "DJANGO_SETTINGS_MODULE": RTQ_SETTINGS[system]}
+        env = {**env, "DJANGO_SETTINGS_MODULE": RTQ_SETTINGS[system][1]}
     worker = subprocess.Popen(worker_command(system), cwd=REPO_ROOT, env=env, stderr=subprocess.DEVNULL)
     try:
         time.sleep(3)  # the worker's start (a driver's first task waits for it in any case)
